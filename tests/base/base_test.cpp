@@ -1,0 +1,86 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "base/bf16.h"
+#include "base/file.h"
+#include "base/hash.h"
+#include "base/status.h"
+#include "base/thread_pool.h"
+
+namespace rw {
+namespace {
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(RoundToBf16(53.066f), 53.0f);  // the Gemma 4 embedding scale
+  EXPECT_EQ(F32ToBf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties go to the even one (1.0).
+  EXPECT_EQ(RoundToBf16(1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(RoundToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
+  EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(NAN))));
+  for (uint32_t b = 0; b < 0x7f80; b += 7) EXPECT_EQ(F32ToBf16(Bf16ToF32(b)), b);
+}
+
+TEST(F16, Converts) {
+  EXPECT_EQ(F16ToF32(0x3c00), 1.0f);
+  EXPECT_EQ(F16ToF32(0xc000), -2.0f);
+  EXPECT_EQ(F16ToF32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_TRUE(std::isinf(F16ToF32(0x7c00)));
+}
+
+TEST(Hash, KnownVectors) {
+  EXPECT_EQ(Sha256Hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Hex64(0x1234), "0000000000001234");
+  auto v = ParseHex64("00000000000000ff");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, 255u);
+  EXPECT_FALSE(ParseHex64("xyz").ok());
+  EXPECT_NE(Xxh3_64("a", 1), Xxh3_64("b", 1));
+}
+
+TEST(File, AtomicWriteAndErrors) {
+  std::string dir = ::testing::TempDir() + "/rw_base_file";
+  ASSERT_TRUE(RemoveAll(dir).ok());
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  std::string p = JoinPath(dir, "x.txt");
+  ASSERT_TRUE(WriteFileAtomic(p, "hello").ok());
+  auto s = ReadFileToString(p);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, "hello");
+  auto missing = ReadFileToString(JoinPath(dir, "nope"));
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  auto f = File::OpenRead(p);
+  ASSERT_TRUE(f.ok());
+  char buf[10];
+  Status st = f->PreadExact(buf, 10, 0);
+  EXPECT_EQ(st.code(), ErrorCode::kCorrupt);
+  EXPECT_NE(st.message().find("truncated"), std::string::npos);
+}
+
+TEST(ThreadPool, CoversEveryIndexOnce) {
+  ThreadPool pool(3);
+  for (size_t n : {1u, 2u, 7u, 100u, 1001u}) {
+    std::vector<int> hits(n, 0);
+    pool.ParallelFor(n, 1, [&](size_t b, size_t e, int) {
+      for (size_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
+  }
+}
+
+TEST(Status, MacrosPropagate) {
+  auto fails = []() -> Result<int> { return Error(ErrorCode::kCorrupt, "bad {}", 7); };
+  auto outer = [&]() -> Status {
+    RW_ASSIGN_OR_RETURN(int v, fails());
+    (void)v;
+    return Status::Ok();
+  };
+  Status st = outer();
+  EXPECT_EQ(st.code(), ErrorCode::kCorrupt);
+  EXPECT_EQ(st.ToString(), "corrupt: bad 7");
+  EXPECT_EQ(st.Annotate("file").message(), "file: bad 7");
+}
+
+}  // namespace
+}  // namespace rw
