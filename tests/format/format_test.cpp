@@ -1,0 +1,291 @@
+// The model directory format: writer/reader round trips, atomic publication, and the errors a
+// damaged or hostile directory must produce.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "base/bf16.h"
+#include "base/hash.h"
+#include "format/model_dir.h"
+
+namespace rw {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "/rw_format_" + name;
+  EXPECT_TRUE(RemoveAll(d).ok());
+  EXPECT_TRUE(RemoveAll(d + ".partial").ok());
+  return d;
+}
+
+ModelConfig TinyConfig() {
+  ModelConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  c.layer_types = {LayerKind::kSliding, LayerKind::kFull};
+  c.sliding = {16, 1, 10000.0, 1.0, "default", false};
+  c.full = {32, 1, 1e6, 0.25, "proportional", true};
+  c.sliding_window = 8;
+  c.intermediate_size = 64;
+  c.enable_moe = true;
+  c.num_experts = 3;
+  c.top_k = 2;
+  c.moe_intermediate_size = 64;
+  c.final_logit_softcapping = 30.0;
+  c.embed_scale = 8.0f;
+  c.max_position_embeddings = 128;
+  c.eos_token_ids = {1};
+  return c;
+}
+
+TensorDesc Affine(const std::string& name, int64_t rows, int64_t cols, int bits) {
+  TensorDesc t;
+  t.name = name;
+  t.type = TensorType::kAffine;
+  t.shape = {rows, cols};
+  t.bits = bits;
+  t.group_size = 64;
+  return t;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Writes a small but complete model directory; returns the bytes written for the embedding.
+std::vector<uint8_t> WriteTinyModel(const std::string& dir, bool commit = true) {
+  auto w = ModelDirWriter::Create(dir, false);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  ModelConfig c = TinyConfig();
+  auto core = CoreWriter::Create(w->Path(kCoreName));
+  EXPECT_TRUE(core.ok());
+  TensorDesc emb = Affine("embed_tokens", c.vocab_size, c.hidden_size, 4);
+  auto q = RandomBytes(emb.ExpectedDataBytes(), 1);
+  auto s = RandomBytes(emb.ExpectedScaleBytes(), 2);
+  auto b = RandomBytes(emb.ExpectedScaleBytes(), 3);
+  EXPECT_TRUE(core->Add(emb, q.data(), s.data(), b.data()).ok());
+  TensorDesc norm;
+  norm.name = "norm";
+  norm.type = TensorType::kBf16;
+  norm.shape = {c.hidden_size};
+  std::vector<uint16_t> ones(c.hidden_size, F32ToBf16(1.0f));
+  EXPECT_TRUE(core->Add(norm, ones.data()).ok());
+  EXPECT_TRUE(core->Finish().ok());
+
+  ExpertIndex idx;
+  idx.num_layers = c.num_layers;
+  idx.num_experts = c.num_experts;
+  for (int l = 0; l < c.num_layers; ++l) {
+    ExpertLayout layout = ExpertLayout::Make(Affine("gate", 64, 64, 4), Affine("up", 64, 64, 4), Affine("down", 64, 64, 4));
+    auto lw = ExpertLayerWriter::Create(w->Path(ExpertLayerFileName(l)), layout, c.num_experts);
+    EXPECT_TRUE(lw.ok());
+    for (int e = 0; e < c.num_experts; ++e) {
+      auto blob = RandomBytes(layout.stride, 100 + l * 10 + e);
+      EXPECT_TRUE(lw->Write(e, blob.data()).ok());
+    }
+    auto sums = lw->Finish();
+    EXPECT_TRUE(sums.ok());
+    idx.layers.push_back({ExpertLayerFileName(l), layout, *sums});
+  }
+  EXPECT_TRUE(WriteFileAtomic(w->Path(kExpertIndexName), idx.ToJson().dump()).ok());
+  if (commit) {
+    Manifest m;
+    m.created_by = "test";
+    m.config = c;
+    m.source = Json{{"kind", "test"}};
+    Status st = w->Commit(m);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  return q;
+}
+
+TEST(Format, RoundTrip) {
+  std::string dir = FreshDir("roundtrip");
+  auto emb = WriteTinyModel(dir);
+  EXPECT_FALSE(PathExists(dir + ".partial"));
+  auto m = ModelDir::Open(dir);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->config().hidden_size, 64);
+  EXPECT_TRUE(m->config().is_full(1));
+  const TensorDesc* t = m->core().Find("embed_tokens");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->data.offset % kCoreAlignment, 0u);
+  EXPECT_EQ(t->scales.offset % kCoreAlignment, 0u);
+  EXPECT_EQ(std::memcmp(m->core().Ptr<uint8_t>(t->data), emb.data(), emb.size()), 0);
+  ASSERT_NE(m->experts(), nullptr);
+  EXPECT_EQ(m->experts()->layers[1].layout.stride % kExpertAlignment, 0u);
+  EXPECT_EQ(m->manifest().quantization["tensors"]["embed_tokens"]["bits"], 4);
+  EXPECT_EQ(m->manifest().quantization["tensors"]["layers.1.experts.down"]["type"], "affine");
+  auto report = VerifyModelDir(dir);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->problems.empty());
+}
+
+TEST(Format, UncommittedDirectoryNeverLoads) {
+  std::string dir = FreshDir("uncommitted");
+  {
+    auto w = ModelDirWriter::Create(dir, false);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(PathExists(dir + ".partial"));
+  }  // dropped without Commit: staging removed
+  EXPECT_FALSE(PathExists(dir + ".partial"));
+  EXPECT_FALSE(PathExists(dir));
+  EXPECT_FALSE(ModelDir::Open(dir).ok());
+  // A staging directory renamed by hand (as if someone copied it) still has no manifest.
+  ASSERT_TRUE(MakeDirectories(JoinPath(dir, "experts")).ok());
+  auto r = ModelDir::Open(dir);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("incomplete"), std::string::npos);
+}
+
+TEST(Format, RefusesToOverwriteWithoutForce) {
+  std::string dir = FreshDir("overwrite");
+  WriteTinyModel(dir);
+  auto w = ModelDirWriter::Create(dir, false);
+  EXPECT_EQ(w.status().code(), ErrorCode::kAlreadyExists);
+  EXPECT_TRUE(ModelDir::Open(dir).ok());  // untouched
+}
+
+TEST(Format, VerifyNamesDamagedFileAndExpert) {
+  std::string dir = FreshDir("damaged");
+  WriteTinyModel(dir);
+  auto m = ModelDir::Open(dir);
+  ASSERT_TRUE(m.ok());
+  const ExpertLayerInfo& l1 = m->experts()->layers[1];
+  {
+    auto f = File::OpenReadWrite(JoinPath(dir, l1.file));
+    ASSERT_TRUE(f.ok());
+    uint8_t byte;
+    uint64_t off = l1.layout.stride * 2 + 100;  // inside expert 2
+    ASSERT_TRUE(f->PreadExact(&byte, 1, off).ok());
+    byte ^= 0x40;
+    ASSERT_TRUE(f->PwriteAll(&byte, 1, off).ok());
+  }
+  auto report = VerifyModelDir(dir);
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->problems.size(), 2u) << ::testing::PrintToString(report->problems);
+  EXPECT_NE(report->problems[0].find("experts/layer_001.bin: SHA-256 mismatch"), std::string::npos);
+  EXPECT_NE(report->problems[1].find("experts/layer_001.bin: expert 2"), std::string::npos);
+}
+
+TEST(Format, TruncatedFileIsCaughtAtOpen) {
+  std::string dir = FreshDir("truncated");
+  WriteTinyModel(dir);
+  std::filesystem::resize_file(JoinPath(dir, "experts/layer_000.bin"), 4096);
+  auto m = ModelDir::Open(dir);
+  EXPECT_EQ(m.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(m.status().message().find("layer_000.bin"), std::string::npos);
+}
+
+TEST(Format, HostileManifests) {
+  std::string dir = FreshDir("hostile");
+  WriteTinyModel(dir);
+  std::string mpath = JoinPath(dir, kManifestName);
+  auto good = ReadFileToString(mpath);
+  ASSERT_TRUE(good.ok());
+  Json base = Json::parse(*good);
+  auto expect_error = [&](const std::string& text, const std::string& needle) {
+    ASSERT_TRUE(WriteFileAtomic(mpath, text).ok());
+    auto m = ModelDir::Open(dir);
+    ASSERT_FALSE(m.ok()) << "accepted: " << needle;
+    EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().message();
+  };
+  expect_error("{not json", "malformed JSON");
+  Json j = base;
+  j["format_version"] = 99;
+  expect_error(j.dump(), "format version 99");
+  j = base;
+  j["config"].erase("hidden_size");
+  expect_error(j.dump(), "hidden_size");
+  j = base;
+  j["config"]["sliding"]["num_kv_heads"] = 3;
+  expect_error(j.dump(), "num_kv_heads");
+  j = base;
+  j["files"]["../etc/passwd"] = {{"size", 1}, {"sha256", std::string(64, '0')}};
+  expect_error(j.dump(), "leaves the model directory");
+  j = base;
+  j["files"]["core.bin"]["size"] = 1;
+  expect_error(j.dump(), "core.bin has");
+  ASSERT_TRUE(WriteFileAtomic(mpath, base.dump()).ok());
+  EXPECT_TRUE(ModelDir::Open(dir).ok());
+}
+
+TEST(Format, HostileCoreDirectory) {
+  std::string path = ::testing::TempDir() + "/rw_format_core.bin";
+  auto w = CoreWriter::Create(path);
+  ASSERT_TRUE(w.ok());
+  TensorDesc t = Affine("w", 4, 64, 4);
+  auto q = RandomBytes(t.ExpectedDataBytes(), 5);
+  auto s = RandomBytes(t.ExpectedScaleBytes(), 6);
+  ASSERT_TRUE(w->Add(t, q.data(), s.data(), s.data()).ok());
+  EXPECT_EQ(w->Add(t, q.data(), s.data(), s.data()).code(), ErrorCode::kInvalidArgument);  // duplicate
+  ASSERT_TRUE(w->Finish().ok());
+  ASSERT_TRUE(CoreFile::Open(path).ok());
+  // An unfinished file (header page still zero) is refused.
+  std::string partial = ::testing::TempDir() + "/rw_format_core_partial.bin";
+  {
+    auto p = CoreWriter::Create(partial);
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE(p->Add(t, q.data(), s.data(), s.data()).ok());
+  }
+  auto r = CoreFile::Open(partial);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("bad magic"), std::string::npos);
+  // A directory entry pointing past the data is refused with the tensor named.
+  auto bytes = ReadFileToString(path);
+  ASSERT_TRUE(bytes.ok());
+  std::string text = *bytes;
+  size_t pos = text.find("\"size\":128");  // the 4x64 4-bit data part
+  ASSERT_NE(pos, std::string::npos);
+  text.replace(pos, 10, "\"size\":129");
+  ASSERT_TRUE(WriteFileAtomic(path, text).ok());
+  r = CoreFile::Open(path);
+  EXPECT_EQ(r.status().code(), ErrorCode::kCorrupt);
+  EXPECT_NE(r.status().message().find("tensor 'w'"), std::string::npos) << r.status().message();
+}
+
+TEST(Format, HfConfigSpellings) {
+  Json base = {{"model_type", "gemma4"},
+               {"text_config",
+                {{"model_type", "gemma4_text"}, {"vocab_size", 512}, {"hidden_size", 64}, {"num_hidden_layers", 6},
+                 {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 48},
+                 {"sliding_window", 8}, {"attention_k_eq_v", true}, {"enable_moe_block", true}, {"num_experts", 8},
+                 {"top_k_experts", 2}, {"moe_intermediate_size", 16}, {"hidden_size_per_layer_input", 0},
+                 {"final_logit_softcapping", 30.0}, {"max_position_embeddings", 4096}}}};
+  Json a = base;
+  a["text_config"]["global_head_dim"] = 32;
+  a["text_config"]["num_global_key_value_heads"] = 1;
+  Json b = base;
+  b["text_config"]["per_layer_config"] = {{"5", {{"head_dim", 32}, {"num_key_value_heads", 1}}}};
+  for (const Json& j : {a, b}) {
+    auto c = ModelConfigFromHf(j, "bfloat16", "config.json");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->full.head_dim, 32);
+    EXPECT_EQ(c->full.num_kv_heads, 1);
+    EXPECT_EQ(c->sliding.num_kv_heads, 2);
+    EXPECT_TRUE(c->is_full(5));
+    EXPECT_FALSE(c->is_full(4));
+    EXPECT_EQ(c->full.rope_type, "proportional");
+    EXPECT_EQ(c->embed_scale, 8.0f);
+  }
+  // bf16 rounding of the embedding scale: sqrt(2816) = 53.066 -> 53.0.
+  EXPECT_EQ(EmbedScaleFor(2816, "bfloat16"), 53.0f);
+  EXPECT_NEAR(EmbedScaleFor(2816, "float32"), 53.0660, 1e-4);
+  Json bad = a;
+  bad["text_config"]["hidden_size_per_layer_input"] = 256;
+  EXPECT_EQ(ModelConfigFromHf(bad, "bfloat16", "c").status().code(), ErrorCode::kUnsupported);
+  bad = a;
+  bad["text_config"].erase("hidden_size");
+  auto r = ModelConfigFromHf(bad, "bfloat16", "config.json");
+  EXPECT_NE(r.status().message().find("hidden_size"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rw
