@@ -1,0 +1,130 @@
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_set>
+
+namespace rw {
+
+Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    return Error(ErrorCode::kInvalidArgument, "temperature must be a number >= 0, got {}", temperature);
+  if (top_k < 0) return Error(ErrorCode::kInvalidArgument, "top_k must be >= 0 (0 = off), got {}", top_k);
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return Error(ErrorCode::kInvalidArgument, "top_p must be in (0, 1], got {}", top_p);
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return Error(ErrorCode::kInvalidArgument, "min_p must be in [0, 1], got {}", min_p);
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
+    return Error(ErrorCode::kInvalidArgument, "repetition_penalty must be > 0, got {}", repetition_penalty);
+  return Status::Ok();
+}
+
+namespace {
+// SplitMix64 finalizer: a strong 64-bit mix, cheap enough to run per candidate.
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+double CounterUniform(uint64_t seed, int64_t position, int32_t token) {
+  uint64_t h = Mix(seed ^ 0x5265647769676e21ull);
+  h = Mix(h ^ static_cast<uint64_t>(position));
+  h = Mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(token)) << 1));
+  // 53 random bits, offset by half a step so the value is strictly inside (0, 1).
+  return (static_cast<double>(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+double GumbelNoise(uint64_t seed, int64_t position, int32_t token) {
+  return -std::log(-std::log(CounterUniform(seed, position, token)));
+}
+
+std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logits,
+                                                    std::span<const int32_t> context) {
+  const int32_t n = static_cast<int32_t>(logits.size());
+  scratch_.assign(logits.begin(), logits.end());
+  if (p_.repetition_penalty != 1.0f) {
+    // As transformers' RepetitionPenaltyLogitsProcessor: divide positive logits, multiply negative.
+    std::unordered_set<int32_t> seen(context.begin(), context.end());
+    for (int32_t id : seen) {
+      if (id < 0 || id >= n) continue;
+      float& z = scratch_[id];
+      z = z > 0 ? z / p_.repetition_penalty : z * p_.repetition_penalty;
+    }
+  }
+  const double t = p_.greedy() ? 1.0 : p_.temperature;
+  std::vector<Candidate> c;
+  c.reserve(n);
+  for (int32_t i = 0; i < n; ++i) {
+    if (std::isnan(scratch_[i])) continue;
+    c.push_back({i, scratch_[i] / t, 0.0});
+  }
+  // Descending logit; ties by ascending id so the order is fully determined.
+  auto by_logit = [](const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+  if (p_.top_k > 0 && p_.top_k < static_cast<int>(c.size())) {
+    std::partial_sort(c.begin(), c.begin() + p_.top_k, c.end(), by_logit);
+    // Keep ties with the k-th value, as transformers' TopK keeps every logit >= the k-th.
+    double kth = c[p_.top_k - 1].logit;
+    size_t keep = p_.top_k;
+    while (keep < c.size()) {
+      auto it = std::max_element(c.begin() + keep, c.end(), [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
+      if (it->logit < kth) break;
+      std::swap(c[keep], *it);
+      ++keep;
+    }
+    c.resize(keep);
+  }
+  std::sort(c.begin(), c.end(), by_logit);
+  if (c.empty()) return c;
+  double max = c.front().logit, sum = 0;
+  for (Candidate& x : c) sum += (x.prob = std::exp(x.logit - max));
+  for (Candidate& x : c) x.prob /= sum;
+  if (p_.top_p < 1.0f) {
+    // Smallest prefix whose mass reaches top_p (always at least one token).
+    double acc = 0;
+    size_t keep = 0;
+    while (keep < c.size()) {
+      acc += c[keep].prob;
+      ++keep;
+      if (acc >= p_.top_p) break;
+    }
+    c.resize(keep);
+  }
+  if (p_.min_p > 0.0f) {
+    double floor = c.front().prob * p_.min_p;
+    size_t keep = 1;
+    while (keep < c.size() && c[keep].prob >= floor) ++keep;
+    c.resize(keep);
+  }
+  double total = 0;
+  for (const Candidate& x : c) total += x.prob;
+  for (Candidate& x : c) x.prob /= total;
+  return c;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, int64_t position, std::span<const int32_t> context) {
+  if (p_.greedy() && p_.repetition_penalty == 1.0f) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i)
+      if (logits[i] > logits[best] || std::isnan(logits[best])) best = i;
+    return best;
+  }
+  std::vector<Candidate> c = Candidates(logits, context);
+  if (c.empty()) return 0;
+  if (p_.greedy()) return c.front().id;
+  // Gumbel-max over the allowed set: argmax(logit/T + g) is a draw from softmax(logit/T)
+  // restricted to the set, and its noise depends only on (seed, position, id).
+  int32_t best = c.front().id;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (const Candidate& x : c) {
+    double s = x.logit + GumbelNoise(p_.seed, position, x.id);
+    if (s > best_score) {
+      best_score = s;
+      best = x.id;
+    }
+  }
+  return best;
+}
+
+}  // namespace rw

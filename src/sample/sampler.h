@@ -1,0 +1,56 @@
+// Token sampling: repetition penalty, temperature, top-k, top-p, min-p, and a Gumbel-max draw
+// whose noise depends only on (seed, position, token id). The same seed therefore gives the same
+// tokens however the sequence was chunked, batched or verified.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace rw {
+
+struct SamplingParams {
+  float temperature = 0.2f;  // 0 = greedy
+  int top_k = 64;            // 0 = off
+  float top_p = 0.95f;       // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off; applied to every id seen in the context
+  uint64_t seed = 0;
+
+  // Rejects values no sampler can honour, naming the field.
+  Status Validate() const;
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+// Uniform in (0, 1) from a counter-based hash of (seed, position, token); never 0 or 1.
+double CounterUniform(uint64_t seed, int64_t position, int32_t token);
+// Standard Gumbel noise −log(−log(u)) for the same counter.
+double GumbelNoise(uint64_t seed, int64_t position, int32_t token);
+
+class Sampler {
+ public:
+  explicit Sampler(SamplingParams params) : p_(params) {}
+  const SamplingParams& params() const { return p_; }
+
+  // Picks the token at sequence position `position` (the index the new token will occupy).
+  // `context` holds the ids before it (prompt and generated), used by the repetition penalty.
+  // logits are not modified.
+  int32_t Sample(std::span<const float> logits, int64_t position, std::span<const int32_t> context);
+
+  // The allowed candidates and their probabilities after penalty, temperature and the
+  // top-k/top-p/min-p filters (descending probability). Exposed for tests.
+  struct Candidate {
+    int32_t id;
+    double logit;  // penalized, divided by temperature
+    double prob;   // renormalized over the allowed set
+  };
+  std::vector<Candidate> Candidates(std::span<const float> logits, std::span<const int32_t> context);
+
+ private:
+  SamplingParams p_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace rw

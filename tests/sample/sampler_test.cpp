@@ -1,0 +1,124 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "sample/sampler.h"
+
+namespace rw {
+namespace {
+
+std::vector<float> Logits(std::initializer_list<float> v) { return std::vector<float>(v); }
+
+// Pearson chi-square of observed counts against expected probabilities.
+double ChiSquare(const std::vector<int>& counts, const std::vector<double>& probs, int n) {
+  double chi = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    double e = probs[i] * n;
+    if (e > 0) chi += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  return chi;
+}
+
+TEST(Sampler, GreedyIsArgmax) {
+  Sampler s(SamplingParams{.temperature = 0});
+  auto l = Logits({0.1f, 3.0f, -1.0f, 2.9f});
+  EXPECT_EQ(s.Sample(l, 0, {}), 1);
+}
+
+TEST(Sampler, DistributionMatchesSoftmax) {
+  // Draws at many positions: each position's noise is independent, so frequencies follow
+  // softmax(logits / T).
+  auto l = Logits({1.0f, 0.5f, 0.0f, -0.5f, 2.0f});
+  SamplingParams p{.temperature = 0.7f, .top_k = 0, .top_p = 1.0f, .seed = 42};
+  Sampler s(p);
+  const int n = 200000;
+  std::vector<int> counts(l.size());
+  for (int i = 0; i < n; ++i) counts[s.Sample(l, i, {})]++;
+  std::vector<double> probs(l.size());
+  double z = 0;
+  for (size_t i = 0; i < l.size(); ++i) z += probs[i] = std::exp(l[i] / 0.7);
+  for (double& q : probs) q /= z;
+  // 4 degrees of freedom: p = 0.001 critical value is 18.47.
+  EXPECT_LT(ChiSquare(counts, probs, n), 18.47);
+}
+
+TEST(Sampler, FiltersRestrictSupport) {
+  auto l = Logits({5.0f, 4.0f, 3.0f, 2.0f, 1.0f, 0.0f});
+  {
+    Sampler s(SamplingParams{.temperature = 1.0f, .top_k = 2, .top_p = 1.0f});
+    auto c = s.Candidates(l, {});
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[0].id, 0);
+    EXPECT_EQ(c[1].id, 1);
+    EXPECT_NEAR(c[0].prob, 1 / (1 + std::exp(-1.0)), 1e-9);
+  }
+  {
+    // softmax of 5..0: p0 = 0.636, p0+p1 = 0.870 -> top_p 0.8 keeps two tokens.
+    Sampler s(SamplingParams{.temperature = 1.0f, .top_k = 0, .top_p = 0.8f});
+    EXPECT_EQ(s.Candidates(l, {}).size(), 2u);
+  }
+  {
+    // min_p 0.1 keeps tokens with p >= 0.1 p_max: exp(-d) >= 0.1 -> d <= 2.30 -> three tokens.
+    Sampler s(SamplingParams{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.1f});
+    EXPECT_EQ(s.Candidates(l, {}).size(), 3u);
+  }
+  {
+    // Draws never leave the allowed set.
+    Sampler s(SamplingParams{.temperature = 5.0f, .top_k = 3, .top_p = 1.0f, .seed = 1});
+    for (int pos = 0; pos < 5000; ++pos) EXPECT_LT(s.Sample(l, pos, {}), 3);
+  }
+}
+
+TEST(Sampler, TopKKeepsTies) {
+  auto l = Logits({1.0f, 2.0f, 2.0f, 2.0f, 0.0f});
+  Sampler s(SamplingParams{.temperature = 1.0f, .top_k = 2, .top_p = 1.0f});
+  EXPECT_EQ(s.Candidates(l, {}).size(), 3u);
+}
+
+TEST(Sampler, RepetitionPenaltyAsTransformers) {
+  auto l = Logits({2.0f, -2.0f, 1.0f});
+  Sampler s(SamplingParams{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .repetition_penalty = 2.0f});
+  std::vector<int32_t> ctx = {0, 1, 1};
+  auto c = s.Candidates(l, ctx);
+  std::map<int, double> by_id;
+  for (auto& x : c) by_id[x.id] = x.logit;
+  EXPECT_DOUBLE_EQ(by_id[0], 1.0);   // positive: divided
+  EXPECT_DOUBLE_EQ(by_id[1], -4.0);  // negative: multiplied
+  EXPECT_DOUBLE_EQ(by_id[2], 1.0);   // unseen: unchanged
+  // Greedy with a penalty picks the best penalized token (ties by lower id).
+  Sampler g(SamplingParams{.temperature = 0, .repetition_penalty = 4.0f});
+  EXPECT_EQ(g.Sample(l, 0, std::vector<int32_t>{0}), 2);
+}
+
+TEST(Sampler, NoiseDependsOnlyOnSeedPositionToken) {
+  EXPECT_EQ(CounterUniform(1, 2, 3), CounterUniform(1, 2, 3));
+  EXPECT_NE(CounterUniform(1, 2, 3), CounterUniform(1, 2, 4));
+  EXPECT_NE(CounterUniform(1, 2, 3), CounterUniform(1, 3, 3));
+  EXPECT_NE(CounterUniform(1, 2, 3), CounterUniform(2, 2, 3));
+  // Same seed and position give the same draw regardless of how many draws came before.
+  auto l = Logits({0.3f, 0.1f, 0.2f, 0.0f});
+  SamplingParams p{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 9};
+  Sampler a(p), b(p);
+  std::vector<int32_t> seq_a, seq_b;
+  for (int pos = 10; pos < 60; ++pos) seq_a.push_back(a.Sample(l, pos, {}));
+  for (int pos = 59; pos >= 10; --pos) seq_b.insert(seq_b.begin(), b.Sample(l, pos, {}));
+  EXPECT_EQ(seq_a, seq_b);
+  // Uniformity of the counter hash.
+  std::vector<int> bins(10);
+  for (int i = 0; i < 100000; ++i) bins[static_cast<int>(CounterUniform(5, i, 7) * 10)]++;
+  EXPECT_LT(ChiSquare(bins, std::vector<double>(10, 0.1), 100000), 27.88);  // 9 dof, p = 0.001
+}
+
+TEST(Sampler, ValidateNamesField) {
+  EXPECT_NE(SamplingParams{.temperature = -1}.Validate().message().find("temperature"), std::string::npos);
+  EXPECT_NE(SamplingParams{.top_p = 0}.Validate().message().find("top_p"), std::string::npos);
+  EXPECT_NE(SamplingParams{.min_p = 2}.Validate().message().find("min_p"), std::string::npos);
+  EXPECT_NE(SamplingParams{.repetition_penalty = 0}.Validate().message().find("repetition_penalty"), std::string::npos);
+  EXPECT_TRUE(SamplingParams{}.Validate().ok());
+}
+
+}  // namespace
+}  // namespace rw
