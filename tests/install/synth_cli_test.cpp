@@ -1,0 +1,90 @@
+// redwing synth through the CLI: flags, errors, and the files other commands read.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "base/file.h"
+
+namespace rw {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ =
+        (fs::temp_directory_path() / fmt::format("synth_cli_test_{}_{}", ::getpid(), counter_++))
+            .string();
+    (void)RemoveAll(path_);
+    EXPECT_TRUE(MakeDirectories(path_).ok());
+  }
+  ~TempDir() { (void)RemoveAll(path_); }
+  std::string Sub(const std::string& name) const { return JoinPath(path_, name); }
+
+ private:
+  static inline int counter_ = 0;
+  std::string path_;
+};
+
+// Runs the CLI; returns its exit code and fills *output with stdout+stderr.
+int RunCli(const std::string& args, std::string* output) {
+  std::string cmd = std::string(REDWING_BINARY) + " " + args + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[4096];
+  output->clear();
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) output->append(buf, n);
+  int st = ::pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// ---- CLI ----
+
+TEST(SynthCli, WritesInspectableModelAndRejectsBadFlags) {
+  TempDir tmp;
+  std::string out;
+  const std::string dir = tmp.Sub("cli");
+  ASSERT_EQ(RunCli("synth --geometry tiny --seed 3 --out " + dir, &out), 0) << out;
+  EXPECT_NE(out.find("peak RSS"), std::string::npos) << out;
+  ASSERT_EQ(RunCli("inspect " + dir, &out), 0) << out;
+  EXPECT_NE(out.find("6 layers (4 sliding, 2 full), hidden 128, vocab 512"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("MoE 8 experts of 64, top-2"), std::string::npos) << out;
+  EXPECT_NE(out.find("synthetic"), std::string::npos) << out;
+  ASSERT_EQ(RunCli("verify " + dir, &out), 0) << out;
+
+  EXPECT_EQ(RunCli("synth --geometry tiny --seed 3 --out " + dir, &out), 1) << out;  // exists
+  EXPECT_NE(out.find("--force"), std::string::npos) << out;
+  EXPECT_EQ(RunCli("synth --geometry tiny --seed 4 --out " + dir + " --force --quiet", &out), 0)
+      << out;
+  EXPECT_EQ(RunCli("synth --geometry tiny --out " + tmp.Sub("x"), &out), 2) << out;
+  EXPECT_NE(out.find("--seed"), std::string::npos) << out;
+  EXPECT_EQ(RunCli("synth --geometry enormous --seed 1 --out " + tmp.Sub("x"), &out), 2) << out;
+  EXPECT_NE(out.find("unknown geometry"), std::string::npos) << out;
+  EXPECT_EQ(RunCli("synth --geometry tiny --seed 1 --format gguf --out " + tmp.Sub("x"), &out), 2)
+      << out;
+  EXPECT_EQ(RunCli("synth --geometry tiny --seed 1 --routing-skew -1 --out " + tmp.Sub("x"), &out),
+            2)
+      << out;
+  EXPECT_EQ(RunCli("synth --geometry tiny --seed 1 --bogus --out " + tmp.Sub("x"), &out), 2) << out;
+  EXPECT_FALSE(PathExists(tmp.Sub("x")));
+}
+
+TEST(SynthCli, MlxThroughConvertCli) {
+  TempDir tmp;
+  std::string out;
+  ASSERT_EQ(
+      RunCli("synth --geometry tiny --seed 8 --format mlx --quiet --out " + tmp.Sub("mlx"), &out),
+      0)
+      << out;
+  ASSERT_EQ(RunCli("convert " + tmp.Sub("mlx") + " " + tmp.Sub("m") + " --quiet", &out), 0) << out;
+  ASSERT_EQ(RunCli("verify " + tmp.Sub("m"), &out), 0) << out;
+}
+
+}  // namespace
+}  // namespace rw
