@@ -30,6 +30,30 @@ Status CoreWriter::AppendPart(const void* p, uint64_t n, ByteRange* out) {
   return Status::Ok();
 }
 
+ByteRange CoreWriter::ReservePart(uint64_t n) {
+  ByteRange r{end_, n};
+  end_ = AlignUp(end_ + n, kCoreAlignment);
+  return r;
+}
+
+Result<TensorDesc> CoreWriter::Reserve(TensorDesc desc) {
+  if (names_.count(desc.name)) return Error(ErrorCode::kInvalidArgument, "core: duplicate tensor '{}'", desc.name);
+  desc.data = ReservePart(desc.ExpectedDataBytes());
+  if (desc.type == TensorType::kAffine) {
+    desc.scales = ReservePart(desc.ExpectedScaleBytes());
+    desc.biases = ReservePart(desc.ExpectedScaleBytes());
+  }
+  names_[desc.name] = tensors_.size();
+  tensors_.push_back(desc);
+  return desc;
+}
+
+Status CoreWriter::WriteAt(uint64_t offset, const void* data, size_t n) {
+  if (offset < kCoreAlignment || offset + n > end_)
+    return Error(ErrorCode::kInvalidArgument, "core: write [{}, +{}) outside the reserved data", offset, n);
+  return file_.PwriteAll(data, n, offset);
+}
+
 Status CoreWriter::Add(TensorDesc desc, const void* data, const void* scales, const void* biases) {
   if (names_.count(desc.name)) return Error(ErrorCode::kInvalidArgument, "core: duplicate tensor '{}'", desc.name);
   RW_RETURN_IF_ERROR(AppendPart(data, desc.ExpectedDataBytes(), &desc.data));

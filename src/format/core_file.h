@@ -27,12 +27,19 @@ class CoreWriter {
   // data/scales/biases must hold exactly the sizes the shape implies.
   Status Add(TensorDesc desc, const void* data, const void* scales = nullptr,
              const void* biases = nullptr);
+  // Streaming alternative to Add, for tensors too large to hold in memory: reserves aligned space
+  // for every part of `desc` and returns it with its ranges set; the caller then fills the parts
+  // with WriteAt, in any order and chunking, before Finish.
+  Result<TensorDesc> Reserve(TensorDesc desc);
+  // Writes bytes at an absolute file offset, which must lie inside a reserved part.
+  Status WriteAt(uint64_t offset, const void* data, size_t n);
   // Writes the directory and header, fsyncs, closes.
   Status Finish();
   uint64_t bytes_written() const { return end_; }
 
  private:
   Status AppendPart(const void* p, uint64_t n, ByteRange* out);
+  ByteRange ReservePart(uint64_t n);
 
   File file_;
   uint64_t end_ = kCoreAlignment;

@@ -251,6 +251,36 @@ TEST(Format, HostileCoreDirectory) {
   EXPECT_NE(r.status().message().find("tensor 'w'"), std::string::npos) << r.status().message();
 }
 
+TEST(Format, StreamedCoreTensorEqualsWholeWrite) {
+  std::string path = ::testing::TempDir() + "/rw_format_core_streamed.bin";
+  TensorDesc t = Affine("big", 8, 128, 4);
+  auto q = RandomBytes(t.ExpectedDataBytes(), 11);
+  auto s = RandomBytes(t.ExpectedScaleBytes(), 12);
+  auto b = RandomBytes(t.ExpectedScaleBytes(), 13);
+  auto w = CoreWriter::Create(path);
+  ASSERT_TRUE(w.ok());
+  auto placed = w->Reserve(t);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(w->Reserve(t).status().code(), ErrorCode::kInvalidArgument);  // duplicate name
+  // Fill out of order and in uneven chunks.
+  ASSERT_TRUE(w->WriteAt(placed->biases.offset, b.data(), b.size()).ok());
+  for (size_t off = q.size(); off > 0;) {
+    size_t n = std::min<size_t>(off, 100);
+    off -= n;
+    ASSERT_TRUE(w->WriteAt(placed->data.offset + off, q.data() + off, n).ok());
+  }
+  ASSERT_TRUE(w->WriteAt(placed->scales.offset, s.data(), s.size()).ok());
+  EXPECT_FALSE(w->WriteAt(1 << 30, q.data(), 4).ok());
+  ASSERT_TRUE(w->Finish().ok());
+  auto c = CoreFile::Open(path);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const TensorDesc* d = c->Find("big");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(std::memcmp(c->Ptr<uint8_t>(d->data), q.data(), q.size()), 0);
+  EXPECT_EQ(std::memcmp(c->Ptr<uint8_t>(d->scales), s.data(), s.size()), 0);
+  EXPECT_EQ(std::memcmp(c->Ptr<uint8_t>(d->biases), b.data(), b.size()), 0);
+}
+
 TEST(Format, HfConfigSpellings) {
   Json base = {{"model_type", "gemma4"},
                {"text_config",
