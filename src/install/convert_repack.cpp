@@ -102,6 +102,59 @@ Status RepackTensor(const TensorPlan& p, int expert, TensorReader& reader, uint8
   return Status::Ok();
 }
 
+TensorPlan RestrictRows(const TensorPlan& p, int64_t row0, int64_t rows) {
+  TensorPlan sub = p;
+  sub.target.shape = {rows, p.target.cols()};
+  for (SourceSlice* s : {&sub.weight, &sub.scales, &sub.biases}) {
+    if (s->tensor.empty()) continue;
+    s->row_begin += row0;
+    s->rows = rows;
+  }
+  return sub;
+}
+
+Status WriteCoreTensor(const TensorPlan& p, TensorReader& reader, CoreWriter& core,
+                       RepackScratch* scratch, uint64_t block_bytes) {
+  RW_ASSIGN_OR_RETURN(TensorDesc d, core.Reserve(p.target));
+  const bool affine = d.type == TensorType::kAffine;
+  const int64_t rows = d.numel() / d.cols();
+  const uint64_t data_bytes = d.ExpectedDataBytes(),
+                 scale_bytes = affine ? d.ExpectedScaleBytes() : 0;
+  // Output bytes per row, and source bytes per row (weight plus, for affine sources, scales and
+  // biases). Row blocks need the source's rows to be the target's rows; every planned core
+  // tensor has that, and anything else is repacked whole.
+  const uint64_t data_row = rows > 0 ? data_bytes / rows : 0;
+  const uint64_t scale_row = rows > 0 ? scale_bytes / rows : 0;
+  uint64_t src_row = p.weight.row_bytes;
+  if (p.src_affine) src_row += p.scales.row_bytes + p.biases.row_bytes;
+  const bool splittable = rows > 1 && p.weight.rows == rows && data_row * rows == data_bytes &&
+                          scale_row * rows == scale_bytes &&
+                          (!p.src_affine || (p.scales.rows == rows && p.biases.rows == rows));
+  const uint64_t per_row = std::max<uint64_t>({1, data_row + 2 * scale_row, src_row});
+  const int64_t block_rows =
+      splittable ? std::clamp<int64_t>(static_cast<int64_t>(block_bytes / per_row), 1, rows)
+                 : std::max<int64_t>(rows, 1);  // whole
+  std::vector<uint8_t> data, scales, biases;
+  int64_t r0 = 0;
+  do {
+    const int64_t n = std::min(block_rows, rows - r0);
+    const bool whole = n >= rows;
+    const uint64_t nd = whole ? data_bytes : data_row * n, ns = whole ? scale_bytes : scale_row * n;
+    data.resize(nd);
+    scales.resize(ns);
+    biases.resize(ns);
+    RW_RETURN_IF_ERROR(RepackTensor(whole ? p : RestrictRows(p, r0, n), -1, reader, data.data(),
+                                    scales.data(), biases.data(), scratch));
+    RW_RETURN_IF_ERROR(core.WriteAt(d.data.offset + r0 * data_row, data.data(), nd));
+    if (affine) {
+      RW_RETURN_IF_ERROR(core.WriteAt(d.scales.offset + r0 * scale_row, scales.data(), ns));
+      RW_RETURN_IF_ERROR(core.WriteAt(d.biases.offset + r0 * scale_row, biases.data(), ns));
+    }
+    r0 += n;
+  } while (r0 < rows);
+  return Status::Ok();
+}
+
 ExpertLayout PlannedExpertLayout(const ExpertLayerPlan& lp) {
   return ExpertLayout::Make(lp.gate.target, lp.up.target, lp.down.target);
 }
@@ -121,7 +174,6 @@ uint64_t PlannedOutputBytes(const ConvertPlan& plan) {
 Status WritePlannedTensors(const ConvertPlan& plan, TensorReader& reader, const ModelDirWriter& out,
                            const std::function<void(const std::string&)>& progress) {
   RepackScratch scratch;
-  std::vector<uint8_t> data, scales, biases;
   RW_ASSIGN_OR_RETURN(CoreWriter core, CoreWriter::Create(out.Path(kCoreName)));
   int last_layer = -1;
   for (size_t k = 0; k < plan.core.size(); ++k) {
@@ -133,21 +185,14 @@ Status WritePlannedTensors(const ConvertPlan& plan, TensorReader& reader, const 
                            k, plan.core.size()));
       last_layer = layer;
     }
-    data.resize(p.target.ExpectedDataBytes());
-    scales.resize(p.target.ExpectedScaleBytes());
-    biases.resize(p.target.ExpectedScaleBytes());
-    RW_RETURN_IF_ERROR(
-        RepackTensor(p, -1, reader, data.data(), scales.data(), biases.data(), &scratch));
-    RW_RETURN_IF_ERROR(core.Add(p.target, data.data(), scales.data(), biases.data()));
+    RW_RETURN_IF_ERROR(WriteCoreTensor(p, reader, core, &scratch));
   }
   RW_RETURN_IF_ERROR(core.Finish());
   if (progress)
     progress(
         fmt::format("core: {} tensors, {:.1f} MB", plan.core.size(), core.bytes_written() / 1e6));
-  // Release the core buffers before the experts: only one blob is needed from here on.
-  std::vector<uint8_t>().swap(data);
-  std::vector<uint8_t>().swap(scales);
-  std::vector<uint8_t>().swap(biases);
+  // Release the core scratch before the experts: only one blob is needed from here on.
+  scratch = RepackScratch();
   if (plan.experts.empty()) return Status::Ok();
 
   ExpertIndex index;

@@ -1,7 +1,9 @@
 // Repacking: executes a ConvertPlan, turning source tensor bytes into redwing tensors (copied
 // verbatim, rounded to bf16, or MLX-affine quantized) and writing core.bin and the expert files
-// of a staged model directory. Memory stays bounded by the largest single core tensor plus one
-// expert blob: sources are read by row range, never whole files, and never mapped.
+// of a staged model directory. Memory stays bounded by one row block of a core tensor (at most
+// kRepackBlockBytes of source or output) plus one expert blob: sources are read by row range,
+// never whole files, and never mapped; core tensors are written in row blocks with
+// CoreWriter::Reserve / WriteAt.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "format/core_file.h"
 #include "format/model_dir.h"
 #include "install/convert_plan.h"
 #include "install/safetensors.h"
@@ -44,6 +47,19 @@ struct RepackScratch {
 // affine targets).
 Status RepackTensor(const TensorPlan& p, int expert, TensorReader& reader, uint8_t* data,
                     uint8_t* scales, uint8_t* biases, RepackScratch* scratch);
+
+// Bytes of source, and of output, that one row block of a core tensor may take (a single row
+// larger than this is a block of its own).
+inline constexpr uint64_t kRepackBlockBytes = 16u << 20;
+
+// Target p restricted to its rows [row0, row0 + rows): the same conversion of those rows only
+// (core tensors; the result's target is [rows, cols]).
+TensorPlan RestrictRows(const TensorPlan& p, int64_t row0, int64_t rows);
+
+// Reserves core tensor p in `core` and writes it in row blocks of at most block_bytes of source
+// and of output each; the bytes equal RepackTensor of the whole tensor.
+Status WriteCoreTensor(const TensorPlan& p, TensorReader& reader, CoreWriter& core,
+                       RepackScratch* scratch, uint64_t block_bytes = kRepackBlockBytes);
 
 // The blob layout of one expert layer of the plan.
 ExpertLayout PlannedExpertLayout(const ExpertLayerPlan& lp);

@@ -1,6 +1,7 @@
 // `redwing synth`: geometries, the model-directory writer, and the entry point.
 #include "install/synth.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "base/file.h"
@@ -122,6 +123,9 @@ SynthQuantTable SynthQuantFor(const std::string& geometry) {
 namespace synth {
 namespace {
 
+// Output bytes (codes, scales and biases) of one row block of a core matrix.
+constexpr uint64_t kCoreBlockBytes = 16u << 20;
+
 TensorDesc AffineDesc(const MatrixSpec& m, std::string name) {
   TensorDesc d;
   d.name = std::move(name);
@@ -192,18 +196,31 @@ Status WriteSynthModelDir(const SynthPlan& p, const SynthOptions& o,
   for (const CoreEntry& e : p.core) {
     if (e.is_matrix) {
       const MatrixSpec& m = e.m;
-      // Whole tensor in memory: CoreWriter::Add takes a tensor at once. The largest is the
-      // embedding (~415 MB at full size); everything else is a few MB.
-      std::vector<uint8_t> codes(m.code_bytes());
-      std::vector<uint16_t> scales(m.scale_bytes() / 2), biases(m.scale_bytes() / 2);
-      size_t grain = std::max<size_t>(1, (1u << 20) / m.row_bytes());
-      pool.ParallelFor(m.rows, grain, [&](size_t b, size_t end, int) {
-        GenCodes(m, b, end, codes.data() + b * m.row_bytes());
-        GenScales(m, b, end, scales.data() + b * m.groups(), biases.data() + b * m.groups());
-      });
-      RW_RETURN_IF_ERROR(
-          core.Add(AffineDesc(m, m.name), codes.data(), scales.data(), biases.data()));
-      done += codes.size() + 4 * scales.size();
+      // Reserved, then generated and written in row blocks of at most kCoreBlockBytes (the
+      // embedding alone is ~415 MB at full size); rows are independent, so the bytes are those
+      // of the whole tensor generated at once.
+      RW_ASSIGN_OR_RETURN(TensorDesc d, core.Reserve(AffineDesc(m, m.name)));
+      const uint64_t row_bytes = m.row_bytes(), scale_row = 2 * static_cast<uint64_t>(m.groups());
+      const int64_t block_rows = std::max<int64_t>(
+          1, std::min<int64_t>(kCoreBlockBytes / (row_bytes + 2 * scale_row), m.rows));
+      std::vector<uint8_t> codes(block_rows * row_bytes);
+      std::vector<uint16_t> scales(block_rows * m.groups()), biases(block_rows * m.groups());
+      for (int64_t r0 = 0; r0 < m.rows; r0 += block_rows) {
+        const int64_t n = std::min(block_rows, m.rows - r0);
+        size_t grain = std::max<size_t>(1, (1u << 20) / row_bytes);
+        pool.ParallelFor(n, grain, [&](size_t b, size_t end, int) {
+          GenCodes(m, r0 + b, r0 + end, codes.data() + b * row_bytes);
+          GenScales(m, r0 + b, r0 + end, scales.data() + b * m.groups(),
+                    biases.data() + b * m.groups());
+        });
+        RW_RETURN_IF_ERROR(
+            core.WriteAt(d.data.offset + r0 * row_bytes, codes.data(), n * row_bytes));
+        RW_RETURN_IF_ERROR(
+            core.WriteAt(d.scales.offset + r0 * scale_row, scales.data(), n * scale_row));
+        RW_RETURN_IF_ERROR(
+            core.WriteAt(d.biases.offset + r0 * scale_row, biases.data(), n * scale_row));
+      }
+      done += m.code_bytes() + 2 * m.scale_bytes();
       if (m.code_bytes() > (64u << 20)) report("core " + m.name);
     } else {
       std::vector<uint16_t> v(e.v.numel());

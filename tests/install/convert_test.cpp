@@ -15,6 +15,7 @@
 #include "format/model_dir.h"
 #include "install/convert.h"
 #include "install/convert_plan.h"
+#include "install/convert_repack.h"
 #include "install/quantize.h"
 
 namespace rw {
@@ -389,6 +390,64 @@ TEST(Convert, PlanIsIndependentOfData) {
             static_cast<uint64_t>(3 * g.hidden) * g.moe_intermediate * 2);
   EXPECT_EQ(plan->core.front().target.name, "embed_tokens");
   EXPECT_EQ(plan->core.back().target.name, "norm");
+}
+
+TEST(Convert, RowBlocksEqualWholeTensors) {
+  // Core tensors are repacked and written in row blocks; with blocks of a few rows (and of one
+  // row, below a row's size) every tensor's bytes equal RepackTensor of the whole tensor.
+  struct Src {
+    Layout layout;
+    StDType dtype;
+    QuantizeMode mode;
+  };
+  for (const Src& c : {Src{Layout::kHfConditional, StDType::kBF16, QuantizeMode::kKeep},
+                       Src{Layout::kHfCausal, StDType::kF32, QuantizeMode::kQ4},
+                       Src{Layout::kHfConditional, StDType::kBF16, QuantizeMode::kQ8},
+                       Src{Layout::kHfCausal, StDType::kF32, QuantizeMode::kBf16},
+                       Src{Layout::kMlx, StDType::kBF16, QuantizeMode::kKeep}}) {
+    SCOPED_TRACE(
+        fmt::format("layout {} mode {}", static_cast<int>(c.layout), QuantizeModeName(c.mode)));
+    TinyGeometry g;
+    FixtureOptions o;
+    o.layout = c.layout;
+    o.dtype = c.dtype;
+    std::string src = TempPath("src");
+    ASSERT_TRUE(test::WriteTinyCheckpoint(src, g, o).ok());
+    auto ck = SafetensorsCheckpoint::Open(src);
+    ASSERT_TRUE(ck.ok());
+    auto plan = PlanConversion(test::TinyConfigJson(g, o), ListSourceTensors(*ck), c.mode, src);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    CheckpointReader reader(*ck);
+    for (uint64_t block : {uint64_t{1}, uint64_t{1000}, kRepackBlockBytes}) {
+      SCOPED_TRACE(fmt::format("block {} bytes", block));
+      std::string path = TempPath("core.bin");
+      RepackScratch scratch;
+      {
+        auto core = CoreWriter::Create(path);
+        ASSERT_TRUE(core.ok());
+        for (const TensorPlan& p : plan->core)
+          ASSERT_TRUE(WriteCoreTensor(p, reader, *core, &scratch, block).ok()) << p.target.name;
+        ASSERT_TRUE(core->Finish().ok());
+      }
+      auto core = CoreFile::Open(path);
+      ASSERT_TRUE(core.ok()) << core.status().ToString();
+      ASSERT_EQ(core->tensors().size(), plan->core.size());
+      for (const TensorPlan& p : plan->core) {
+        const TensorDesc* t = core->Find(p.target.name);
+        ASSERT_NE(t, nullptr) << p.target.name;
+        std::vector<uint8_t> data(p.target.ExpectedDataBytes()),
+            scales(p.target.ExpectedScaleBytes()), biases(p.target.ExpectedScaleBytes());
+        ASSERT_TRUE(
+            RepackTensor(p, -1, reader, data.data(), scales.data(), biases.data(), &scratch).ok());
+        const uint8_t* base = core->base();
+        EXPECT_EQ(Bytes(base, t->data), std::string(data.begin(), data.end())) << t->name;
+        if (t->type == TensorType::kAffine) {
+          EXPECT_EQ(Bytes(base, t->scales), std::string(scales.begin(), scales.end())) << t->name;
+          EXPECT_EQ(Bytes(base, t->biases), std::string(biases.begin(), biases.end())) << t->name;
+        }
+      }
+    }
+  }
 }
 
 // Golden fixtures made by the reference script, when present.
