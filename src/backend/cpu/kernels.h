@@ -1,0 +1,68 @@
+// Internal: one table of single-threaded kernels per instruction set. ops.cpp and attention.cpp
+// validate arguments, split work across threads and call through the active table.
+//
+// The AVX2 table lives in translation units compiled with -mavx2 -mfma. Those files include
+// only intrinsics and this header (plain function pointers and PODs), so no inline function
+// or template instantiated with AVX2 code can be shared with (and picked by the linker for) the
+// portable code: the library must run on CPUs without AVX2.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/ops.h"
+
+namespace rw::cpu::detail {
+
+struct KernelTable {
+  Isa isa;
+
+  // MatVec: prepare_x turns x into an ISA-specific form (for affine weights: x reordered to the
+  // kernel's unpack order, plus per-group sums of x) in prep_floats(w) floats; matvec_rows then
+  // writes y[r - r0] for rows [r0, r1).
+  int64_t (*prep_floats)(const WeightView& w);
+  void (*prepare_x)(const WeightView& w, const float* x, float* prep);
+  void (*matvec_rows)(const WeightView& w, const float* x, const float* prep, float* y, int64_t r0,
+                      int64_t r1);
+  // MatMul restricted to weight rows [r0, r1): Y[i, r] for all i < m (Y row stride = w.rows).
+  void (*matmul_rows)(const WeightView& w, const float* x, int64_t m, float* y, int64_t r0,
+                      int64_t r1);
+  // Affine MatMul for a few rows of X (m <= small_m), each prepared by prepare_x at
+  // prep + i·prep_stride: the matvec kernel sharing each unpacked block across the rows,
+  // which beats packing panels when m is small. small_m = 0: not available.
+  int small_m;
+  void (*matmul_prepped_rows)(const WeightView& w, const float* x, int64_t m, const float* prep,
+                              int64_t prep_stride, float* y, int64_t r0, int64_t r1);
+  void (*dequant_row)(const WeightView& w, int64_t row, float* out);
+  void (*bf16_to_f32)(const uint16_t* src, float* dst, int64_t n);
+
+  float (*sum_squares)(const float* x, int64_t n);
+  // y = x·s·w, w an f32/bf16 norm weight or null.
+  void (*scale_by_weight)(const float* x, float s, const WeightView* w, float* y, int64_t n);
+  void (*geglu)(float* gate, const float* up, int64_t n);
+  float (*max)(const float* x, int64_t n);
+  // x = exp(x − m); returns the sum of the new x.
+  float (*exp_sub_sum)(float* x, int64_t n, float m);
+  void (*softcap)(float* x, int64_t n, float cap);
+  void (*rope)(float* x, int n_heads, int head_dim, const float* cos, const float* sin);
+  void (*add)(float* y, const float* x, int64_t n);
+  void (*mul)(float* y, const float* x, int64_t n);
+  void (*scale)(float* y, float s, int64_t n);
+  void (*axpy)(float* y, float a, const float* x, int64_t n);
+  float (*dot)(const float* a, const float* b, int64_t n);
+
+  // Attention inner loops over n contiguous cache rows of head_dim floats, for nq query vectors
+  // (pointer arrays, as the queries of one KV head need not be contiguous):
+  //   s[i·lds + t] = scale·(q_i·k_t);   o_i += Σ_t p[i·ldp + t]·v_t.
+  void (*scores)(const float* const* q, int nq, const float* k, int64_t n, int head_dim,
+                 float scale, float* s, int64_t lds);
+  void (*pv)(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int head_dim,
+             float* const* o);
+};
+
+const KernelTable& ScalarKernels();
+// Only valid on CPUs with AVX2 + FMA.
+const KernelTable& Avx2Kernels();
+// The table selected by ActiveIsa().
+const KernelTable& Active();
+
+}  // namespace rw::cpu::detail

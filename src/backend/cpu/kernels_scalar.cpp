@@ -1,0 +1,161 @@
+// Portable kernel table: used on CPUs without AVX2 (or with REDWING_ISA=scalar). The matrix
+// kernels decode a whole group at a time but keep the reference's arithmetic order, so their
+// results are bitwise equal to ref:: (the tests rely on that).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "base/bf16.h"
+
+namespace rw::cpu::detail {
+namespace {
+
+// Row r of W in fp32, with the reference's formula (s·q + b, two roundings).
+void DecodeRow(const WeightView& w, int64_t r, float* out) {
+  switch (w.type) {
+    case WeightType::kF32: {
+      const float* src = static_cast<const float*>(w.data) + r * w.cols;
+      std::copy(src, src + w.cols, out);
+      return;
+    }
+    case WeightType::kBf16: {
+      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r * w.cols;
+      for (int64_t k = 0; k < w.cols; ++k) out[k] = Bf16ToF32(src[k]);
+      return;
+    }
+    case WeightType::kAffine: {
+      const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * w.RowWords();
+      const int per_word = 32 / w.bits;
+      const uint32_t mask = (1u << w.bits) - 1u;
+      const int64_t groups = w.RowGroups();
+      for (int64_t g = 0; g < groups; ++g) {
+        float s = Bf16ToF32(w.scales[r * groups + g]);
+        float b = Bf16ToF32(w.biases[r * groups + g]);
+        for (int64_t k = g * w.group; k < (g + 1) * w.group; ++k) {
+          uint32_t q = (words[k / per_word] >> ((k % per_word) * w.bits)) & mask;
+          out[k] = s * static_cast<float>(q) + b;
+        }
+      }
+      return;
+    }
+  }
+}
+
+thread_local std::vector<float> tl_row;
+
+float* RowBuffer(int64_t n) {
+  if (static_cast<int64_t>(tl_row.size()) < n) tl_row.resize(static_cast<size_t>(n));
+  return tl_row.data();
+}
+
+int64_t PrepFloats(const WeightView&) {
+  return 0;
+}
+void PrepareX(const WeightView&, const float*, float*) {}
+
+void MatVecRows(const WeightView& w, const float* x, const float*, float* y, int64_t r0,
+                int64_t r1) {
+  float* row = RowBuffer(w.cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    DecodeRow(w, r, row);
+    float acc = 0.0f;
+    for (int64_t k = 0; k < w.cols; ++k) acc += row[k] * x[k];
+    y[r - r0] = acc;
+  }
+}
+
+void MatMulRows(const WeightView& w, const float* x, int64_t m, float* y, int64_t r0, int64_t r1) {
+  float* row = RowBuffer(w.cols);
+  for (int64_t r = r0; r < r1; ++r) {
+    DecodeRow(w, r, row);
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * w.cols;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < w.cols; ++k) acc += row[k] * xi[k];
+      y[i * w.rows + r] = acc;
+    }
+  }
+}
+
+float SumSquares(const float* x, int64_t n) {
+  double ss = 0.0;  // as the reference
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(ss);
+}
+
+void ScaleByWeight(const float* x, float s, const WeightView* w, float* y, int64_t n) {
+  if (w == nullptr) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * 1.0f;
+  } else if (w->type == WeightType::kF32) {
+    const float* wf = static_cast<const float*>(w->data);
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * wf[i];
+  } else {
+    const uint16_t* wb = static_cast<const uint16_t*>(w->data);
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s * Bf16ToF32(wb[i]);
+  }
+}
+
+float Max(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+float ExpSubSum(float* x, int64_t n, float m) {
+  double sum = 0.0;  // as the reference: no n·eps error over a whole vocabulary
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  return static_cast<float>(sum);
+}
+
+void Scores(const float* const* q, int nq, const float* k, int64_t n, int hd, float scale, float* s,
+            int64_t lds) {
+  for (int i = 0; i < nq; ++i)
+    for (int64_t t = 0; t < n; ++t) s[i * lds + t] = scale * ref::Dot(q[i], k + t * hd, hd);
+}
+
+void Pv(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int hd, float* const* o) {
+  for (int i = 0; i < nq; ++i)
+    for (int64_t t = 0; t < n; ++t) ref::Axpy(o[i], p[i * ldp + t], v + t * hd, hd);
+}
+
+void DequantRow(const WeightView& w, int64_t row, float* out) {
+  DecodeRow(w, row, out);
+}
+
+const KernelTable kScalar = {
+    Isa::kScalar,
+    PrepFloats,
+    PrepareX,
+    MatVecRows,
+    MatMulRows,
+    0,
+    nullptr,
+    DequantRow,
+    ref::ConvertBf16ToF32,
+    SumSquares,
+    ScaleByWeight,
+    ref::GegluInPlace,
+    Max,
+    ExpSubSum,
+    ref::Softcap,
+    ref::RopeNeox,
+    ref::Add,
+    ref::Mul,
+    ref::Scale,
+    ref::Axpy,
+    ref::Dot,
+    Scores,
+    Pv,
+};
+
+}  // namespace
+
+const KernelTable& ScalarKernels() {
+  return kScalar;
+}
+
+}  // namespace rw::cpu::detail

@@ -1,0 +1,279 @@
+// Dispatch: argument checks, the choice of kernel table, and splitting work across threads.
+#include "backend/cpu/ops.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "base/check.h"
+
+namespace rw::cpu {
+namespace {
+
+bool CpuHasAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+const detail::KernelTable& TableFor(Isa isa) {
+  return isa == Isa::kAvx2 ? detail::Avx2Kernels() : detail::ScalarKernels();
+}
+
+std::atomic<const detail::KernelTable*> g_active{nullptr};
+
+const detail::KernelTable* InitialTable() {
+  const char* env = std::getenv("REDWING_ISA");
+  if (env != nullptr && std::strcmp(env, "scalar") == 0) return &detail::ScalarKernels();
+  return &TableFor(DetectedIsa());
+}
+
+// Scratch for the prepared x of MatVec, per calling thread, 32-byte aligned.
+float* PrepScratch(int64_t floats) {
+  thread_local std::vector<float> buf;
+  const size_t need = static_cast<size_t>(floats) + 8;
+  if (buf.size() < need) buf.resize(need);
+  auto addr = reinterpret_cast<uintptr_t>(buf.data());
+  return reinterpret_cast<float*>((addr + 31) & ~uintptr_t{31});
+}
+
+// Below this much weight data per thread, waking another thread costs more than it saves.
+constexpr int64_t kMinBytesPerThread = 96 * 1024;
+
+int64_t RowGrain(const WeightView& w, int64_t min_rows) {
+  const int64_t row_bytes = std::max<int64_t>(1, w.RowBytes());
+  return std::max(min_rows, (kMinBytesPerThread + row_bytes - 1) / row_bytes);
+}
+
+bool UsePool(const ThreadPool* pool, int64_t n, int64_t grain) {
+  return pool != nullptr && pool->size() > 1 && n >= 2 * grain;
+}
+
+}  // namespace
+
+// ---- Dispatch
+// ------------------------------------------------------------------------------------
+
+Isa DetectedIsa() {
+  static const Isa isa = CpuHasAvx2() ? Isa::kAvx2 : Isa::kScalar;
+  return isa;
+}
+
+Isa ActiveIsa() {
+  return detail::Active().isa;
+}
+
+void SetActiveIsa(Isa isa) {
+  CHECK_MSG(isa == Isa::kScalar || DetectedIsa() == Isa::kAvx2, "CPU lacks {}", IsaName(isa));
+  g_active.store(&TableFor(isa));
+}
+
+const char* IsaName(Isa isa) {
+  return isa == Isa::kAvx2 ? "avx2" : "scalar";
+}
+
+namespace detail {
+const KernelTable& Active() {
+  const KernelTable* t = g_active.load(std::memory_order_acquire);
+  if (t == nullptr) {
+    t = InitialTable();
+    const KernelTable* expected = nullptr;
+    if (!g_active.compare_exchange_strong(expected, t)) t = expected;
+  }
+  return *t;
+}
+}  // namespace detail
+
+// ---- Linear
+// --------------------------------------------------------------------------------------
+
+void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
+                ThreadPool* pool) {
+  CheckWeightView(w);
+  CHECK_MSG(0 <= row_begin && row_begin <= row_end && row_end <= w.rows, "rows [{}, {}) of {}",
+            row_begin, row_end, w.rows);
+  const int64_t n = row_end - row_begin;
+  if (n == 0) return;
+  if (w.cols == 0) {
+    std::fill(y, y + n, 0.0f);
+    return;
+  }
+  const auto& kt = detail::Active();
+  float* prep = PrepScratch(kt.prep_floats(w));
+  kt.prepare_x(w, x, prep);
+  const int64_t grain = RowGrain(w, 16);
+  if (!UsePool(pool, n, grain)) {
+    kt.matvec_rows(w, x, prep, y, row_begin, row_end);
+    return;
+  }
+  pool->ParallelFor(static_cast<size_t>(n), static_cast<size_t>(grain),
+                    [&](size_t b, size_t e, int) {
+                      kt.matvec_rows(w, x, prep, y + b, row_begin + static_cast<int64_t>(b),
+                                     row_begin + static_cast<int64_t>(e));
+                    });
+}
+
+void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
+  MatVecRows(w, x, y, 0, w.rows, pool);
+}
+
+void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
+  CheckWeightView(w);
+  CHECK(m >= 0);
+  if (m == 0 || w.rows == 0) return;
+  if (m == 1) {
+    MatVec(w, x, y, pool);
+    return;
+  }
+  if (w.cols == 0) {
+    std::fill(y, y + m * w.rows, 0.0f);
+    return;
+  }
+  const auto& kt = detail::Active();
+  if (w.type == WeightType::kAffine && m <= kt.small_m) {
+    const int64_t stride = (kt.prep_floats(w) + 7) / 8 * 8;
+    float* prep = PrepScratch(stride * m);
+    for (int64_t i = 0; i < m; ++i) kt.prepare_x(w, x + i * w.cols, prep + i * stride);
+    const int64_t grain = std::max<int64_t>(4, RowGrain(w, 16) / m);
+    if (!UsePool(pool, w.rows, grain)) {
+      kt.matmul_prepped_rows(w, x, m, prep, stride, y, 0, w.rows);
+      return;
+    }
+    pool->ParallelFor(static_cast<size_t>(w.rows), static_cast<size_t>(grain),
+                      [&](size_t b, size_t e, int) {
+                        kt.matmul_prepped_rows(w, x, m, prep, stride, y, static_cast<int64_t>(b),
+                                               static_cast<int64_t>(e));
+                      });
+    return;
+  }
+  // Threads split the weight rows in whole 16-row panels (the micro-kernel's width).
+  constexpr int64_t kPanel = 16;
+  const int64_t panels = (w.rows + kPanel - 1) / kPanel;
+  const int64_t grain =
+      std::max<int64_t>(1, RowGrain(w, kPanel) / std::max<int64_t>(1, m) / kPanel);
+  if (!UsePool(pool, panels, grain)) {
+    kt.matmul_rows(w, x, m, y, 0, w.rows);
+    return;
+  }
+  pool->ParallelFor(static_cast<size_t>(panels), static_cast<size_t>(grain),
+                    [&](size_t b, size_t e, int) {
+                      const int64_t r0 = static_cast<int64_t>(b) * kPanel;
+                      const int64_t r1 = std::min(w.rows, static_cast<int64_t>(e) * kPanel);
+                      kt.matmul_rows(w, x, m, y, r0, r1);
+                    });
+}
+
+void DequantRow(const WeightView& w, int64_t row, float* out) {
+  CheckWeightView(w);
+  CHECK(0 <= row && row < w.rows);
+  detail::Active().dequant_row(w, row, out);
+}
+
+void ConvertBf16ToF32(const uint16_t* src, float* dst, int64_t n) {
+  detail::Active().bf16_to_f32(src, dst, n);
+}
+
+// ---- Norms and activations
+// -----------------------------------------------------------------------
+
+static void CheckNormWeight(const WeightView* w, int64_t n) {
+  if (w == nullptr) return;
+  CHECK_MSG(w->type != WeightType::kAffine && w->rows == 1 && w->cols == n,
+            "norm weight must be f32/bf16 [1, {}]", n);
+}
+
+void RmsNorm(const float* x, float* y, int64_t n, const WeightView* w, float eps) {
+  RmsNormRows(x, y, 1, n, w, eps);
+}
+
+void RmsNormRows(const float* x, float* y, int64_t rows, int64_t n, const WeightView* w,
+                 float eps) {
+  CHECK(n > 0 && rows >= 0);
+  CheckNormWeight(w, n);
+  const auto& kt = detail::Active();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float ss = kt.sum_squares(x + r * n, n);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    kt.scale_by_weight(x + r * n, inv, w, y + r * n, n);
+  }
+}
+
+void GegluInPlace(float* gate, const float* up, int64_t n) {
+  detail::Active().geglu(gate, up, n);
+}
+
+void Softmax(float* x, int64_t n) {
+  CHECK(n > 0);
+  const auto& kt = detail::Active();
+  const float m = kt.max(x, n);
+  const float sum = kt.exp_sub_sum(x, n, m);
+  kt.scale(x, 1.0f / sum, n);
+}
+
+void Softcap(float* x, int64_t n, float cap) {
+  CHECK(cap > 0.0f);
+  detail::Active().softcap(x, n, cap);
+}
+
+void RopeNeox(float* x, int n_heads, int head_dim, const float* cos, const float* sin) {
+  CHECK(head_dim % 2 == 0 && n_heads >= 0);
+  detail::Active().rope(x, n_heads, head_dim, cos, sin);
+}
+
+void RopeTable(int64_t pos, const float* inv_freq, int half, float* cos, float* sin) {
+  ref::RopeTable(pos, inv_freq, half, cos, sin);  // libm cosf/sinf: a few per layer and token
+}
+
+// ---- Small helpers
+// ---------------------------------------------------------------------------------
+
+void TopK(const float* x, int n, int k, int* idx) {
+  CHECK(0 <= k && k <= n);
+  if (k == 0) return;
+  // `a` ranks before `b`: NaN first, then larger values, ties by lower index.
+  auto before = [x](int a, int b) {
+    const bool na = std::isnan(x[a]), nb = std::isnan(x[b]);
+    if (na != nb) return na;
+    if (!na && x[a] != x[b]) return x[a] > x[b];
+    return a < b;
+  };
+  if (k > 64) {
+    std::vector<int> order(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+    std::copy(order.begin(), order.begin() + k, idx);
+    return;
+  }
+  // Small k (router top-8, sampling top-k): insertion into a sorted list of the best k so far.
+  int count = 0;
+  for (int i = 0; i < n; ++i) {
+    if (count == k && !before(i, idx[k - 1])) continue;
+    int pos = count < k ? count++ : k - 1;
+    while (pos > 0 && before(i, idx[pos - 1])) {
+      idx[pos] = idx[pos - 1];
+      --pos;
+    }
+    idx[pos] = i;
+  }
+}
+
+void Add(float* y, const float* x, int64_t n) {
+  detail::Active().add(y, x, n);
+}
+void Mul(float* y, const float* x, int64_t n) {
+  detail::Active().mul(y, x, n);
+}
+void Scale(float* y, float s, int64_t n) {
+  detail::Active().scale(y, s, n);
+}
+void Axpy(float* y, float a, const float* x, int64_t n) {
+  detail::Active().axpy(y, a, x, n);
+}
+float Dot(const float* a, const float* b, int64_t n) {
+  return detail::Active().dot(a, b, n);
+}
+
+}  // namespace rw::cpu

@@ -1,0 +1,147 @@
+// CPU compute kernels. Every op has a scalar reference in rw::cpu::ref (simplest possible code,
+// the oracle for every other backend) and a dispatched fast version in rw::cpu that picks the
+// best kernel set the CPU supports at run time (AVX2+FMA, else portable scalar).
+//
+// Conventions: activations and accumulation are fp32. Shape mismatches are programming errors
+// (CHECK). Elementwise ops allow in-place use (output == input). Buffers need only natural
+// (4-byte) alignment. A null ThreadPool* means "run on the calling thread". The pool is not
+// reentrant: do not call an op with a pool from inside that pool's ParallelFor.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/weight_view.h"
+#include "base/thread_pool.h"
+
+namespace rw::cpu {
+
+// ---- Dispatch ----------------------------------------------------------------------------------
+
+enum class Isa { kScalar, kAvx2 };
+
+// The best kernel set this CPU supports (AVX2 needs avx2 + fma).
+Isa DetectedIsa();
+// The kernel set in use: DetectedIsa(), or kScalar when REDWING_ISA=scalar.
+Isa ActiveIsa();
+// Switches kernel sets (tests, benchmarks). CHECKs the CPU supports it. Not thread-safe with
+// respect to ops running concurrently.
+void SetActiveIsa(Isa isa);
+const char* IsaName(Isa isa);
+
+// ---- Linear
+// --------------------------------------------------------------------------------------
+
+// y[N] = W·x. x has K floats.
+void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool);
+// Output rows [row_begin, row_end) only: y[r - row_begin] = (W·x)[r].
+void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
+                ThreadPool* pool);
+// Y[M, N] = X[M, K]·Wᵀ (row-major X and Y). Each dequantized weight tile is reused for all M
+// rows, so this is much faster than M MatVec calls.
+void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool);
+// out[K] = row `row` of W in fp32 (embedding lookup).
+void DequantRow(const WeightView& w, int64_t row, float* out);
+void ConvertBf16ToF32(const uint16_t* src, float* dst, int64_t n);
+
+// ---- Norms and activations
+// -----------------------------------------------------------------------
+
+// y = x · (mean(x²) + eps)^-½ · w. w is null (no weight) or an f32/bf16 view with rows = 1 and
+// cols = n; it is used as stored (not 1 + w).
+void RmsNorm(const float* x, float* y, int64_t n, const WeightView* w, float eps);
+// The same for `rows` consecutive vectors of n (per-head q/k norms); one weight for all rows.
+void RmsNormRows(const float* x, float* y, int64_t rows, int64_t n, const WeightView* w, float eps);
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), evaluated with std::tanh.
+float GeluTanh(float x);
+// gate[i] = GeluTanh(gate[i]) · up[i].
+void GegluInPlace(float* gate, const float* up, int64_t n);
+// Max-subtracted softmax in place.
+void Softmax(float* x, int64_t n);
+// x = cap · tanh(x / cap).
+void Softcap(float* x, int64_t n, float cap);
+
+// ---- RoPE (NeoX half split)
+// ------------------------------------------------------------------------
+
+// x is [n_heads, head_dim]; cos/sin are [head_dim/2] for one position. Pairs (i, i + d/2):
+// x'_i = x_i·cos_i − x_{i+d/2}·sin_i;  x'_{i+d/2} = x_{i+d/2}·cos_i + x_i·sin_i.
+void RopeNeox(float* x, int n_heads, int head_dim, const float* cos, const float* sin);
+// cos[i], sin[i] of the fp32 angle float(pos)·inv_freq[i] (as torch computes it), i < half.
+// inv_freq[i] = 0 gives the identity rotation (proportional RoPE).
+void RopeTable(int64_t pos, const float* inv_freq, int half, float* cos, float* sin);
+
+// ---- Small helpers
+// ---------------------------------------------------------------------------------
+
+// Indices of the k largest values, sorted by descending value; equal values are ordered by
+// ascending index (torch.topk does not promise an order for ties). NaN ranks above everything.
+void TopK(const float* x, int n, int k, int* idx);
+void Add(float* y, const float* x, int64_t n);            // y += x
+void Mul(float* y, const float* x, int64_t n);            // y *= x (elementwise)
+void Scale(float* y, float s, int64_t n);                 // y *= s
+void Axpy(float* y, float a, const float* x, int64_t n);  // y += a·x
+float Dot(const float* a, const float* b, int64_t n);
+
+// ---- Attention
+// -----------------------------------------------------------------------------------
+//
+// KV cache of one layer. K and V are each fp32 [n_kv_heads][capacity][head_dim] (head-major: the
+// keys of one head are contiguous, which is what the score and PV loops stream). Logical
+// position p lives in slot p % capacity, so a sliding-window layer is a ring buffer and a full
+// layer uses capacity >= max context (slot == position).
+struct KvCacheView {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int64_t capacity = 0;
+};
+
+// Writes position pos: k and v are [n_kv_heads][head_dim] (either may be null to skip it).
+void KvStore(float* k_cache, float* v_cache, int n_kv_heads, int head_dim, int64_t capacity,
+             int64_t pos, const float* k, const float* v);
+
+// One query (decode). q and out are [n_heads][head_dim]; query head i uses KV head
+// i / (n_heads / n_kv_heads). Attends to logical positions [pos_begin, pos_end), which must be
+// non-empty and all resident (pos_end − pos_begin <= capacity). Scores are scale·(q·k).
+void AttendOne(const float* q, int n_heads, const KvCacheView& kv, int64_t pos_begin,
+               int64_t pos_end, float scale, float* out, ThreadPool* pool);
+
+// A block of m queries at positions q_pos0 … q_pos0+m−1 (prefill). q and out are
+// [m][n_heads][head_dim]. Query at position p sees keys τ with τ <= p and, when window > 0,
+// p − τ < window. The block's own K/V must already be stored, and every needed key must still
+// be resident: for a ring buffer that means capacity >= window + m − 1.
+void AttendBlock(const float* q, int64_t m, int64_t q_pos0, int n_heads, const KvCacheView& kv,
+                 int64_t window, float scale, float* out, ThreadPool* pool);
+
+// ---- Scalar reference
+// ------------------------------------------------------------------------------
+
+namespace ref {
+void MatVec(const WeightView& w, const float* x, float* y);
+void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin, int64_t row_end);
+void MatMul(const WeightView& w, const float* x, int64_t m, float* y);
+void DequantRow(const WeightView& w, int64_t row, float* out);
+// One weight element (the format definition, in fp32).
+float WeightAt(const WeightView& w, int64_t row, int64_t col);
+void ConvertBf16ToF32(const uint16_t* src, float* dst, int64_t n);
+void RmsNorm(const float* x, float* y, int64_t n, const WeightView* w, float eps);
+void RmsNormRows(const float* x, float* y, int64_t rows, int64_t n, const WeightView* w, float eps);
+void GegluInPlace(float* gate, const float* up, int64_t n);
+void Softmax(float* x, int64_t n);
+void Softcap(float* x, int64_t n, float cap);
+void RopeNeox(float* x, int n_heads, int head_dim, const float* cos, const float* sin);
+void RopeTable(int64_t pos, const float* inv_freq, int half, float* cos, float* sin);
+void TopK(const float* x, int n, int k, int* idx);
+void Add(float* y, const float* x, int64_t n);
+void Mul(float* y, const float* x, int64_t n);
+void Scale(float* y, float s, int64_t n);
+void Axpy(float* y, float a, const float* x, int64_t n);
+float Dot(const float* a, const float* b, int64_t n);
+void AttendOne(const float* q, int n_heads, const KvCacheView& kv, int64_t pos_begin,
+               int64_t pos_end, float scale, float* out);
+void AttendBlock(const float* q, int64_t m, int64_t q_pos0, int n_heads, const KvCacheView& kv,
+                 int64_t window, float scale, float* out);
+}  // namespace ref
+
+}  // namespace rw::cpu
