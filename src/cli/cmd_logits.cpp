@@ -1,0 +1,75 @@
+// redwing logits --model <dir> --ids 2,17,99 [--out file]: the logits of every prompt position,
+// as raw little-endian float32 [n_ids, vocab] (row-major), or the top 5 per position.
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "base/file.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "engine/engine.h"
+
+namespace rw::cli {
+namespace {
+
+int Logits(const Args& args) {
+  Flags flags("logits", "redwing logits --model <dir> --ids 2,17,99 [--out <file>]",
+              "Runs a prompt and writes the logits of every position (raw little-endian float32 "
+              "[n_ids, vocab]), or prints the top 5 per position without --out.");
+  flags.String("model", "", "model directory (required)");
+  flags.String("ids", "", "comma-separated prompt token ids (required)");
+  flags.String("out", "", "output file for the raw logits");
+  flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
+  flags.Int("max-context", 8192, "maximum context length");
+  flags.Int("prefill-chunk", 128, "tokens per forward call");
+  if (Status st = flags.Parse(args); !st.ok()) return ReportError("logits", st);
+  if (flags.help_requested()) {
+    std::fputs(flags.HelpText().c_str(), stdout);
+    return 0;
+  }
+  if (flags.GetString("model").empty())
+    return ReportError("logits", Status(ErrorCode::kInvalidArgument, "--model is required"));
+  if (flags.GetString("ids").empty())
+    return ReportError("logits", Status(ErrorCode::kInvalidArgument,
+                                        "empty prompt: --ids needs at least one token id"));
+  auto ids = ParseIdList(flags.GetString("ids"), "--ids");
+  if (!ids.ok()) return ReportError("logits", ids.status());
+
+  EngineOptions opt;
+  opt.model_dir = flags.GetString("model");
+  opt.threads = static_cast<int>(flags.GetInt("threads"));
+  opt.max_context = flags.GetInt("max-context");
+  opt.prefill_chunk = flags.GetInt("prefill-chunk");
+  auto engine = Engine::Load(opt);
+  if (!engine.ok()) return ReportError("logits", engine.status());
+  auto session = (*engine)->NewSession();
+  auto logits = session->Prefill(*ids, /*all_logits=*/true);
+  if (!logits.ok()) return ReportError("logits", logits.status());
+
+  const int64_t V = (*engine)->config().vocab_size;
+  const std::string out = flags.GetString("out");
+  if (!out.empty()) {
+    // The host is little-endian (x86-64 / aarch64), so the floats are written as they are.
+    std::string_view bytes(reinterpret_cast<const char*>(logits->data()),
+                           logits->size() * sizeof(float));
+    if (Status st = WriteFileAtomic(out, bytes); !st.ok()) return ReportError("logits", st);
+    return 0;
+  }
+  std::vector<int> order(V);
+  for (size_t p = 0; p < ids->size(); ++p) {
+    const float* row = logits->data() + p * V;
+    std::iota(order.begin(), order.end(), 0);
+    const int k = static_cast<int>(std::min<int64_t>(5, V));
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    std::printf("pos %zu (id %d):", p, (*ids)[p]);
+    for (int i = 0; i < k; ++i) std::printf(" %d:%.4f", order[i], row[order[i]]);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+REDWING_COMMAND("logits", "print or save the logits of every prompt position", Logits);
+
+}  // namespace
+}  // namespace rw::cli

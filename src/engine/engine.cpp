@@ -1,0 +1,149 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "base/timer.h"
+
+namespace rw {
+
+Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
+  if (o.model_dir.empty()) return Error(ErrorCode::kInvalidArgument, "no model directory given");
+  if (o.max_context <= 0)
+    return Error(ErrorCode::kInvalidArgument, "max context must be positive, not {}",
+                 o.max_context);
+  if (o.prefill_chunk <= 0 || o.prefill_chunk > 4096)
+    return Error(ErrorCode::kInvalidArgument, "prefill chunk must be in 1..4096, not {}",
+                 o.prefill_chunk);
+  if (o.threads < 0 || o.threads > 1024)
+    return Error(ErrorCode::kInvalidArgument, "bad thread count {}", o.threads);
+  auto e = std::shared_ptr<Engine>(new Engine());
+  RW_ASSIGN_OR_RETURN(e->model_, RuntimeModel::Open(o.model_dir));
+  e->max_context_ = std::min<int64_t>(o.max_context, e->model_->config().max_position_embeddings);
+  e->prefill_chunk_ = std::min(o.prefill_chunk, e->max_context_);
+  if (o.threads > 0) {
+    e->own_pool_ = std::make_unique<ThreadPool>(o.threads);
+    e->pool_ = e->own_pool_.get();
+  } else {
+    e->pool_ = &ThreadPool::Default();
+  }
+  return e;
+}
+
+std::unique_ptr<Session> Engine::NewSession() const {
+  return std::make_unique<Session>(shared_from_this());
+}
+
+Session::Session(std::shared_ptr<const Engine> engine)
+    : engine_(std::move(engine)),
+      kv_(engine_->config(), engine_->max_context(), engine_->prefill_chunk()),
+      fwd_(engine_->model(), engine_->prefill_chunk()) {}
+
+Status Session::Check(std::span<const int> ids) const {
+  const int vocab = engine_->config().vocab_size;
+  if (ids.empty())
+    return Error(ErrorCode::kInvalidArgument, "empty prompt: give at least one token id");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      return Error(ErrorCode::kOutOfRange,
+                   "token id {} (at index {}) is outside the vocabulary [0, {})", ids[i], i, vocab);
+  if (position() + static_cast<int64_t>(ids.size()) > engine_->max_context())
+    return Error(ErrorCode::kOutOfRange,
+                 "context of {} tokens exceeds the maximum of {} (--max-context)",
+                 position() + static_cast<int64_t>(ids.size()), engine_->max_context());
+  return Status::Ok();
+}
+
+Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_logits) {
+  RW_RETURN_IF_ERROR(Check(ids));
+  const int64_t n = static_cast<int64_t>(ids.size()), V = engine_->config().vocab_size;
+  const int64_t chunk = fwd_.max_chunk();
+  std::vector<float> logits(static_cast<size_t>((all_logits ? n : 1) * V));
+  CallStats call;
+  Stopwatch sw;
+  for (int64_t i = 0; i < n; i += chunk) {
+    const int64_t m = std::min(chunk, n - i);
+    const bool last = i + m == n;
+    LogitsRows rows =
+        all_logits ? LogitsRows::kAll : (last ? LogitsRows::kLast : LogitsRows::kNone);
+    float* out = all_logits ? &logits[i * V] : logits.data();
+    Status st = fwd_.Run(kv_, &ids[i], m, position(), rows, out, engine_->pool(), &call.parts);
+    // On failure the session keeps the chunks that completed (cache and tokens agree).
+    if (!st.ok()) return st;
+    tokens_.insert(tokens_.end(), ids.begin() + i, ids.begin() + i + m);
+  }
+  call.seconds = sw.Seconds();
+  call.tokens = n;
+  last_ = call;
+  prefill_total_.Add(call);
+  return logits;
+}
+
+Result<std::vector<float>> Session::Decode(int id) {
+  RW_RETURN_IF_ERROR(Check(std::span<const int>(&id, 1)));
+  std::vector<float> logits(engine_->config().vocab_size);
+  CallStats call;
+  Stopwatch sw;
+  RW_RETURN_IF_ERROR(fwd_.Run(kv_, &id, 1, position(), LogitsRows::kLast, logits.data(),
+                              engine_->pool(), &call.parts));
+  tokens_.push_back(id);
+  call.seconds = sw.Seconds();
+  call.tokens = 1;
+  last_ = call;
+  decode_total_.Add(call);
+  return logits;
+}
+
+void Session::Reset() {
+  tokens_.clear();
+  last_ = prefill_total_ = decode_total_ = CallStats{};
+}
+
+bool Session::CanRewind(int64_t pos) const {
+  if (pos < 0 || pos > position()) return false;
+  const int64_t cap = kv_.sliding_capacity(), window = engine_->config().sliding_window;
+  if (cap == 0) return true;
+  // Ring slots hold positions [position − cap, position); the next query at pos needs
+  // [pos − window + 1, pos).
+  return std::max<int64_t>(0, pos - window + 1) >= std::max<int64_t>(0, position() - cap);
+}
+
+Status Session::Rewind(int64_t pos) {
+  if (!CanRewind(pos))
+    return Error(
+        ErrorCode::kOutOfRange,
+        "cannot rewind from position {} to {}: the sliding-window cache no longer holds it",
+        position(), pos);
+  tokens_.resize(static_cast<size_t>(pos));
+  return Status::Ok();
+}
+
+int Argmax(std::span<const float> logits) {
+  int best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = static_cast<int>(i);
+  return best;
+}
+
+Result<std::vector<int>> GenerateGreedy(Session& session, std::span<const int> prompt, int max_new,
+                                        std::span<const int> stop_ids) {
+  if (max_new < 0)
+    return Error(ErrorCode::kInvalidArgument, "max_new must be >= 0, not {}", max_new);
+  if (session.position() + static_cast<int64_t>(prompt.size()) + std::max(0, max_new - 1) >
+      session.engine().max_context())
+    return Error(
+        ErrorCode::kOutOfRange,
+        "prompt of {} tokens plus {} new exceeds the maximum context of {} (--max-context)",
+        prompt.size(), max_new, session.engine().max_context());
+  RW_ASSIGN_OR_RETURN(std::vector<float> logits, session.Prefill(prompt, false));
+  std::vector<int> out;
+  while (static_cast<int>(out.size()) < max_new) {
+    const int next = Argmax(logits);
+    out.push_back(next);
+    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) break;
+    if (static_cast<int>(out.size()) == max_new) break;
+    RW_ASSIGN_OR_RETURN(logits, session.Decode(next));
+  }
+  return out;
+}
+
+}  // namespace rw

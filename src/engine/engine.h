@@ -1,0 +1,105 @@
+// The API the CLI and the server use; they never touch tensors.
+//
+// Engine: a loaded, immutable model (weights mapped, expert store open, threads). Session: one
+// timeline over an Engine: its KV cache and position. Sessions of one Engine may run on
+// different threads, but each Session is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "format/model_config.h"
+#include "runtime/forward.h"
+
+namespace rw {
+
+struct EngineOptions {
+  std::string model_dir;
+  int threads = 0;              // 0: ThreadPool::Default() (REDWING_THREADS or all cores)
+  int64_t max_context = 8192;   // capped by the model's max_position_embeddings
+  int64_t prefill_chunk = 128;  // tokens per forward call during prefill
+};
+
+class Session;
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  static Result<std::shared_ptr<Engine>> Load(const EngineOptions& options);
+
+  const ModelConfig& config() const { return model_->config(); }
+  const RuntimeModel& model() const { return *model_; }
+  int64_t max_context() const { return max_context_; }
+  int64_t prefill_chunk() const { return prefill_chunk_; }
+  ThreadPool* pool() const { return pool_; }
+  std::unique_ptr<Session> NewSession() const;
+
+ private:
+  Engine() = default;
+  std::unique_ptr<RuntimeModel> model_;
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* pool_ = nullptr;
+  int64_t max_context_ = 0, prefill_chunk_ = 0;
+};
+
+// Timing of one Prefill/Decode call (or a sum of them).
+struct CallStats {
+  double seconds = 0;
+  int64_t tokens = 0;
+  ForwardStats parts;  // attention, dense MLP, router+experts, head
+  void Add(const CallStats& o) {
+    seconds += o.seconds;
+    tokens += o.tokens;
+    parts.Add(o.parts);
+  }
+};
+
+class Session {
+ public:
+  explicit Session(std::shared_ptr<const Engine> engine);
+
+  // Appends ids at the current position. Returns logits [n][vocab] when all_logits, else the
+  // last position's [vocab]. Empty input, ids outside the vocabulary or a context beyond
+  // max_context are errors that leave the session unchanged.
+  Result<std::vector<float>> Prefill(std::span<const int> ids, bool all_logits = false);
+  // Appends one token; returns its logits [vocab].
+  Result<std::vector<float>> Decode(int id);
+
+  int64_t position() const { return static_cast<int64_t>(tokens_.size()); }
+  const std::vector<int>& tokens() const { return tokens_; }
+  void Reset();
+  // Whether the timeline can be cut back to its first `pos` tokens while keeping the cache:
+  // full-attention layers always can; sliding-window rings only while the keys the next query
+  // needs (the `window` positions before pos) have not been overwritten, i.e. roughly when at
+  // most prefill_chunk tokens are dropped after the ring has wrapped.
+  bool CanRewind(int64_t pos) const;
+  Status Rewind(int64_t pos);
+
+  const CallStats& last_call() const { return last_; }
+  const CallStats& prefill_total() const { return prefill_total_; }
+  const CallStats& decode_total() const { return decode_total_; }
+  const Engine& engine() const { return *engine_; }
+
+ private:
+  Status Check(std::span<const int> ids) const;
+
+  std::shared_ptr<const Engine> engine_;
+  KvCache kv_;
+  ForwardPass fwd_;
+  std::vector<int> tokens_;
+  CallStats last_, prefill_total_, decode_total_;
+};
+
+// Index of the largest logit (the first on ties, as torch.argmax).
+int Argmax(std::span<const float> logits);
+
+// Greedy generation: prefills prompt, then appends argmax tokens until max_new tokens or a
+// stop id (which is included in the result). Returns the generated ids only.
+Result<std::vector<int>> GenerateGreedy(Session& session, std::span<const int> prompt, int max_new,
+                                        std::span<const int> stop_ids);
+
+}  // namespace rw

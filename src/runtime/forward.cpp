@@ -1,0 +1,326 @@
+#include "runtime/forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+#include "base/timer.h"
+
+namespace rw {
+namespace {
+
+// y = W·x for m rows: MatVec for one row (decode), MatMul (weights reused across rows) otherwise.
+void Linear(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
+  if (m == 1)
+    cpu::MatVec(w, x, y, pool);
+  else
+    cpu::MatMul(w, x, m, y, pool);
+}
+
+WeightView NormWeight(const std::vector<float>& w) {
+  return F32Weight(w.data(), 1, static_cast<int64_t>(w.size()));
+}
+
+}  // namespace
+
+void RouteTopK(float* p, int num_experts, int k, const float* per_expert_scale, int* idx,
+               float* w) {
+  cpu::Softmax(p, num_experts);
+  cpu::TopK(p, num_experts, k, idx);
+  float sum = 0;
+  for (int j = 0; j < k; ++j) sum += p[idx[j]];
+  for (int j = 0; j < k; ++j) w[j] = p[idx[j]] / sum * per_expert_scale[idx[j]];
+}
+
+void ForwardStats::Add(const ForwardStats& o) {
+  embed_s += o.embed_s;
+  attention_s += o.attention_s;
+  dense_s += o.dense_s;
+  moe_s += o.moe_s;
+  head_s += o.head_s;
+  tokens += o.tokens;
+  experts_run += o.experts_run;
+}
+
+ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
+    : model_(model), c_(model.config()), max_chunk_(max_chunk), dump_(Dumper::FromEnv()) {
+  CHECK(max_chunk >= 1);
+  const int64_t M = max_chunk, H = c_.hidden_size;
+  const int64_t hd_max = std::max(c_.sliding.head_dim, c_.full.head_dim);
+  const int64_t kv_max = std::max(int64_t{c_.sliding.num_kv_heads} * c_.sliding.head_dim,
+                                  int64_t{c_.full.num_kv_heads} * c_.full.head_dim);
+  x_.resize(M * H);
+  a_.resize(M * H);
+  q_.resize(M * c_.num_heads * hd_max);
+  att_.resize(M * c_.num_heads * hd_max);
+  k_.resize(M * kv_max);
+  v_.resize(M * kv_max);
+  o_.resize(M * H);
+  g_.resize(M * c_.intermediate_size);
+  u_.resize(M * c_.intermediate_size);
+  m1_.resize(M * H);
+  m2_.resize(M * H);
+  r_.resize(M * H);
+  if (c_.enable_moe) {
+    const int64_t k = c_.top_k, I = c_.moe_intermediate_size, rows = std::max<int64_t>(M, k);
+    router_logits_.resize(M * c_.num_experts);
+    topk_idx_.resize(M * k);
+    topk_w_.resize(M * k);
+    ex_in_.resize(M * H);
+    ex_g_.resize(rows * I);
+    ex_u_.resize(rows * I);
+    ex_y_.resize(rows * H);
+  }
+  rope_cos_s_.resize(M * c_.sliding.head_dim / 2);
+  rope_sin_s_.resize(M * c_.sliding.head_dim / 2);
+  rope_cos_f_.resize(M * c_.full.head_dim / 2);
+  rope_sin_f_.resize(M * c_.full.head_dim / 2);
+}
+
+Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
+                        float* logits, ThreadPool* pool, ForwardStats* stats) {
+  CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
+  ForwardStats local;
+  ForwardStats* st = stats != nullptr ? stats : &local;
+  Stopwatch sw;
+  Embed(ids, m);
+  RopeTables(pos0, m);
+  st->embed_s += sw.Seconds();
+  // A layer fails only when the expert store cannot deliver (a streaming store's read error).
+  for (int li = 0; li < c_.num_layers; ++li)
+    RW_RETURN_IF_ERROR(DecoderLayer(li, kv, m, pos0, pool, st));
+  sw.Reset();
+  if (rows == LogitsRows::kAll)
+    Head(0, m, logits, pool);
+  else if (rows == LogitsRows::kLast)
+    Head(m - 1, 1, logits, pool);
+  st->head_s += sw.Seconds();
+  st->tokens += m;
+  return Status::Ok();
+}
+
+// E0 (Gemma4TextScaledWordEmbedding): h = E[id] · embed_scale.
+void ForwardPass::Embed(const int* ids, int64_t m) {
+  const int64_t H = c_.hidden_size;
+  for (int64_t t = 0; t < m; ++t) {
+    cpu::DequantRow(model_.embed(), ids[t], &x_[t * H]);
+    cpu::Scale(&x_[t * H], c_.embed_scale, H);
+  }
+  dump_.Write("embed", -1, x_.data(), m, H);
+}
+
+// cos/sin of float(pos)·inv_freq for both attention kinds (Gemma4TextRotaryEmbedding), once
+// per chunk for all layers.
+void ForwardPass::RopeTables(int64_t pos0, int64_t m) {
+  const int hs = c_.sliding.head_dim / 2, hf = c_.full.head_dim / 2;
+  for (int64_t t = 0; t < m; ++t) {
+    cpu::RopeTable(pos0 + t, model_.inv_freq(false).data(), hs, &rope_cos_s_[t * hs],
+                   &rope_sin_s_[t * hs]);
+    cpu::RopeTable(pos0 + t, model_.inv_freq(true).data(), hf, &rope_cos_f_[t * hf],
+                   &rope_sin_f_[t * hf]);
+  }
+}
+
+// Gemma4TextDecoderLayer: attention block, then the dense MLP and the routed experts read the
+// same residual h; h += RMS_post_ff(m1 + m2); h *= layer_scalar.
+Status ForwardPass::DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool,
+                                 ForwardStats* st) {
+  const LayerView& L = model_.layer(li);
+  const int64_t H = c_.hidden_size;
+  Stopwatch sw;
+  Attention(li, kv, m, pos0, pool);
+  st->attention_s += sw.Seconds();
+  sw.Reset();
+  DenseMlp(li, m, pool);
+  st->dense_s += sw.Seconds();
+  sw.Reset();
+  if (c_.enable_moe) {
+    Router(li, m, pool);
+    RW_RETURN_IF_ERROR(Experts(li, m, pool, st));
+    cpu::Add(m1_.data(), m2_.data(), m * H);  // F4: m1 + m2
+  }
+  // F4/F5.
+  const WeightView post_ff = NormWeight(L.post_ff_ln);
+  cpu::RmsNormRows(m1_.data(), m1_.data(), m, H, &post_ff, static_cast<float>(c_.rms_norm_eps));
+  cpu::Add(x_.data(), m1_.data(), m * H);
+  cpu::Scale(x_.data(), L.layer_scalar, m * H);
+  st->moe_s += sw.Seconds();
+  dump_.Write("out", li, x_.data(), m, H);
+  return Status::Ok();
+}
+
+// Gemma4TextAttention (A1–A8): h += RMS_post_attn(o_proj(attn(RoPE(q_norm(q)), RoPE(k_norm(k)),
+// RMS_0(v)))), scale 1.0, causal, sliding window on sliding layers, GQA.
+void ForwardPass::Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool) {
+  const LayerView& L = model_.layer(li);
+  const AttentionGeometry& g = c_.geometry(li);
+  const int64_t H = c_.hidden_size, hd = g.head_dim, nh = c_.num_heads, nkv = g.num_kv_heads;
+  const int64_t qdim = nh * hd, kvdim = nkv * hd;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+
+  // A1.
+  const WeightView in_ln = NormWeight(L.input_ln);
+  cpu::RmsNormRows(x_.data(), a_.data(), m, H, &in_ln, eps);
+  // A2–A4: projections; V from v_proj, or (k_eq_v) from the raw K before k_norm.
+  Linear(L.q, a_.data(), m, q_.data(), pool);
+  Linear(L.k, a_.data(), m, k_.data(), pool);
+  if (g.k_eq_v)
+    std::copy(k_.begin(), k_.begin() + m * kvdim, v_.begin());
+  else
+    Linear(L.v, a_.data(), m, v_.data(), pool);
+  const WeightView qn = NormWeight(L.q_norm), kn = NormWeight(L.k_norm);
+  cpu::RmsNormRows(q_.data(), q_.data(), m * nh, hd, &qn, eps);
+  cpu::RmsNormRows(k_.data(), k_.data(), m * nkv, hd, &kn, eps);
+  cpu::RmsNormRows(v_.data(), v_.data(), m * nkv, hd, nullptr, eps);
+  const int half = static_cast<int>(hd / 2);
+  const float* cos = L.full ? rope_cos_f_.data() : rope_cos_s_.data();
+  const float* sin = L.full ? rope_sin_f_.data() : rope_sin_s_.data();
+  for (int64_t t = 0; t < m; ++t) {
+    cpu::RopeNeox(&q_[t * qdim], static_cast<int>(nh), static_cast<int>(hd), cos + t * half,
+                  sin + t * half);
+    cpu::RopeNeox(&k_[t * kvdim], static_cast<int>(nkv), static_cast<int>(hd), cos + t * half,
+                  sin + t * half);
+    cpu::KvStore(kv.k(li), kv.v(li), static_cast<int>(nkv), static_cast<int>(hd), kv.capacity(li),
+                 pos0 + t, &k_[t * kvdim], &v_[t * kvdim]);
+  }
+  dump_.Write("q", li, q_.data(), m, qdim);
+  dump_.Write("k", li, k_.data(), m, kvdim);
+  dump_.Write("v", li, v_.data(), m, kvdim);
+  // A5–A7.
+  const int64_t window = L.full ? 0 : c_.sliding_window;
+  const cpu::KvCacheView view = kv.View(li);
+  if (m == 1) {
+    const int64_t begin = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+    cpu::AttendOne(q_.data(), static_cast<int>(nh), view, begin, pos0 + 1, 1.0f, att_.data(), pool);
+  } else {
+    cpu::AttendBlock(q_.data(), m, pos0, static_cast<int>(nh), view, window, 1.0f, att_.data(),
+                     pool);
+  }
+  dump_.Write("attn", li, att_.data(), m, qdim);
+  Linear(L.o, att_.data(), m, o_.data(), pool);
+  // A8.
+  const WeightView post = NormWeight(L.post_attn_ln);
+  cpu::RmsNormRows(o_.data(), o_.data(), m, H, &post, eps);
+  cpu::Add(x_.data(), o_.data(), m * H);
+  dump_.Write("h_attn", li, x_.data(), m, H);
+}
+
+// Gemma4TextMLP (F1): m1 = RMS_post_ff_1(down(gelu_tanh(gate u) ⊙ up u)), u = RMS_pre_ff(h).
+// Without MoE the layer has no post_feedforward_layernorm_1 and m1 is the raw MLP output.
+void ForwardPass::DenseMlp(int li, int64_t m, ThreadPool* pool) {
+  const LayerView& L = model_.layer(li);
+  const int64_t H = c_.hidden_size, I = c_.intermediate_size;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const WeightView pre = NormWeight(L.pre_ff_ln);
+  cpu::RmsNormRows(x_.data(), a_.data(), m, H, &pre, eps);
+  Linear(L.gate, a_.data(), m, g_.data(), pool);
+  Linear(L.up, a_.data(), m, u_.data(), pool);
+  cpu::GegluInPlace(g_.data(), u_.data(), m * I);
+  Linear(L.down, g_.data(), m, m1_.data(), pool);
+  if (c_.enable_moe) {
+    const WeightView post1 = NormWeight(L.post_ff_ln1);
+    cpu::RmsNormRows(m1_.data(), m1_.data(), m, H, &post1, eps);
+  }
+  dump_.Write("mlp", li, m1_.data(), m, H);
+}
+
+// Gemma4TextRouter (F2), on the raw residual h: r = RMS_0(h) ⊙ scale · H^-½; P = softmax(proj·r);
+// top-k of P, renormalized to sum 1, times per_expert_scale.
+void ForwardPass::Router(int li, int64_t m, ThreadPool* pool) {
+  const LayerView& L = model_.layer(li);
+  const int64_t H = c_.hidden_size, E = c_.num_experts, k = c_.top_k;
+  const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+  cpu::RmsNormRows(x_.data(), r_.data(), m, H, nullptr, static_cast<float>(c_.rms_norm_eps));
+  for (int64_t t = 0; t < m; ++t) {
+    cpu::Mul(&r_[t * H], L.router_scale.data(), H);
+    cpu::Scale(&r_[t * H], root, H);
+  }
+  Linear(L.router, r_.data(), m, router_logits_.data(), pool);
+  for (int64_t t = 0; t < m; ++t)
+    RouteTopK(&router_logits_[t * E], static_cast<int>(E), static_cast<int>(k),
+              L.per_expert_scale.data(), &topk_idx_[t * k], &topk_w_[t * k]);
+  dump_.Write("router_probs", li, router_logits_.data(), m, E);
+}
+
+// Gemma4TextExperts (F3): moe = Σ_e w_e · down_e(gelu_tanh(gate_e u2) ⊙ up_e u2) with
+// u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe). Experts are summed in ascending index order.
+Status ForwardPass::Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st) {
+  const LayerView& L = model_.layer(li);
+  const int64_t H = c_.hidden_size, I = c_.moe_intermediate_size, k = c_.top_k, E = c_.num_experts;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const WeightView pre2 = NormWeight(L.pre_ff_ln2);
+  cpu::RmsNormRows(x_.data(), a_.data(), m, H, &pre2, eps);  // u2
+  std::fill(m2_.begin(), m2_.begin() + m * H, 0.0f);
+  ExpertStore* store = model_.experts();
+
+  if (m == 1) {
+    // Decode: the token's k experts in parallel, each on one thread; then summed in ascending
+    // expert order.
+    std::vector<int> order(k);
+    for (int64_t j = 0; j < k; ++j) order[j] = static_cast<int>(j);
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return topk_idx_[a] < topk_idx_[b]; });
+    std::vector<ExpertRef> refs(k);
+    RW_RETURN_IF_ERROR(store->Acquire(li, std::span<const int>(topk_idx_.data(), k), refs.data()));
+    auto run = [&](size_t b, size_t e, int) {
+      for (size_t j = b; j < e; ++j) {
+        const ExpertRef& ref = refs[j];
+        float* gj = &ex_g_[j * I];
+        float* uj = &ex_u_[j * I];
+        cpu::MatVec(ViewOf(ref.blob, ref.layout->gate), a_.data(), gj, nullptr);
+        cpu::MatVec(ViewOf(ref.blob, ref.layout->up), a_.data(), uj, nullptr);
+        cpu::GegluInPlace(gj, uj, I);
+        cpu::MatVec(ViewOf(ref.blob, ref.layout->down), gj, &ex_y_[j * H], nullptr);
+      }
+    };
+    if (pool != nullptr)
+      pool->ParallelFor(k, 1, run);
+    else
+      run(0, k, 0);
+    store->Release(li);
+    for (int j : order) cpu::Axpy(m2_.data(), topk_w_[j], &ex_y_[j * H], H);
+    st->experts_run += k;
+  } else {
+    // Prefill: group the chunk's tokens by expert so each expert's weights are read once.
+    std::vector<std::vector<std::pair<int, float>>> users(E);  // expert → (token, weight)
+    for (int64_t t = 0; t < m; ++t)
+      for (int64_t j = 0; j < k; ++j)
+        users[topk_idx_[t * k + j]].push_back({static_cast<int>(t), topk_w_[t * k + j]});
+    std::vector<int> used;
+    for (int e = 0; e < E; ++e)
+      if (!users[e].empty()) used.push_back(e);
+    std::vector<ExpertRef> refs(used.size());
+    RW_RETURN_IF_ERROR(store->Acquire(li, used, refs.data()));
+    for (size_t i = 0; i < used.size(); ++i) {
+      const auto& list = users[used[i]];
+      const int64_t n = static_cast<int64_t>(list.size());
+      for (int64_t r = 0; r < n; ++r) std::copy_n(&a_[list[r].first * H], H, &ex_in_[r * H]);
+      const ExpertRef& ref = refs[i];
+      Linear(ViewOf(ref.blob, ref.layout->gate), ex_in_.data(), n, ex_g_.data(), pool);
+      Linear(ViewOf(ref.blob, ref.layout->up), ex_in_.data(), n, ex_u_.data(), pool);
+      cpu::GegluInPlace(ex_g_.data(), ex_u_.data(), n * I);
+      Linear(ViewOf(ref.blob, ref.layout->down), ex_g_.data(), n, ex_y_.data(), pool);
+      for (int64_t r = 0; r < n; ++r)
+        cpu::Axpy(&m2_[list[r].first * H], list[r].second, &ex_y_[r * H], H);
+      st->experts_run += n;
+    }
+    store->Release(li);
+  }
+  dump_.Write("moe", li, m2_.data(), m, H);
+  const WeightView post2 = NormWeight(L.post_ff_ln2);
+  cpu::RmsNormRows(m2_.data(), m2_.data(), m, H, &post2, eps);
+  return Status::Ok();
+}
+
+// Final norm, tied LM head (a matvec over the embedding), 30·tanh(z/30).
+void ForwardPass::Head(int64_t row0, int64_t rows, float* logits, ThreadPool* pool) {
+  const int64_t H = c_.hidden_size, V = c_.vocab_size;
+  const WeightView norm = NormWeight(model_.final_norm());
+  cpu::RmsNormRows(&x_[row0 * H], a_.data(), rows, H, &norm, static_cast<float>(c_.rms_norm_eps));
+  dump_.Write("final_norm", -1, a_.data(), rows, H);
+  Linear(model_.embed(), a_.data(), rows, logits, pool);
+  if (c_.final_logit_softcapping > 0)
+    cpu::Softcap(logits, rows * V, static_cast<float>(c_.final_logit_softcapping));
+}
+
+}  // namespace rw

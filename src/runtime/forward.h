@@ -1,0 +1,80 @@
+// The Gemma 4 forward pass on the CPU (fp32 activations and accumulation), written top to bottom
+// as one function per reference module: Gemma4TextScaledWordEmbedding, Gemma4TextAttention,
+// Gemma4TextMLP, Gemma4TextRouter, Gemma4TextExperts, Gemma4TextDecoderLayer and the tied,
+// soft-capped head (reference/gemma4-model.md §2).
+//
+// A call processes a chunk of m consecutive tokens: m > 1 uses MatMul (each weight read once per
+// chunk) and groups the chunk's tokens by routed expert so each expert is read once; m == 1
+// (decode) uses MatVec and runs the token's experts in parallel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "runtime/dump.h"
+#include "runtime/kv_cache.h"
+#include "runtime/model.h"
+
+namespace rw {
+
+// Wall time per part of the forward pass, summed over calls.
+struct ForwardStats {
+  double embed_s = 0, attention_s = 0, dense_s = 0, moe_s = 0, head_s = 0;
+  int64_t tokens = 0;
+  int64_t experts_run = 0;  // (token, expert) pairs computed
+  double total_s() const { return embed_s + attention_s + dense_s + moe_s + head_s; }
+  void Add(const ForwardStats& o);
+};
+
+enum class LogitsRows { kNone, kLast, kAll };
+
+// Gemma4TextRouter's choice for one token: probs = softmax(logits) (in place), idx = top-k of
+// probs (ties to the lower index), w = probs[idx] / Σ probs[idx] · per_expert_scale[idx].
+void RouteTopK(float* logits, int num_experts, int k, const float* per_expert_scale, int* idx,
+               float* w);
+
+class ForwardPass {
+ public:
+  // Scratch for chunks of up to max_chunk tokens.
+  ForwardPass(const RuntimeModel& model, int64_t max_chunk);
+
+  int64_t max_chunk() const { return max_chunk_; }
+
+  // Runs tokens ids[0..m) at positions pos0..pos0+m−1 (1 <= m <= max_chunk), stores their K/V
+  // in kv, and writes logits: kAll → m rows, kLast → the last row, kNone → nothing. The caller
+  // has validated ids, positions and the cache's history (positions before pos0 present).
+  Status Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
+             ThreadPool* pool, ForwardStats* stats);
+
+ private:
+  void Embed(const int* ids, int64_t m);
+  void RopeTables(int64_t pos0, int64_t m);
+  Status DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool,
+                      ForwardStats* st);
+  void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);
+  void DenseMlp(int li, int64_t m, ThreadPool* pool);
+  void Router(int li, int64_t m, ThreadPool* pool);
+  Status Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st);
+  void Head(int64_t row0, int64_t rows, float* logits, ThreadPool* pool);
+
+  const RuntimeModel& model_;
+  const ModelConfig& c_;
+  int64_t max_chunk_;
+  Dumper dump_;
+  // Activations, [rows][width] row-major.
+  std::vector<float> x_;                // residual stream h [m][H]
+  std::vector<float> a_;                // normed input / scratch [m][H]
+  std::vector<float> q_, k_, v_, att_;  // [m][heads|kv][hd]
+  std::vector<float> o_;                // [m][H]
+  std::vector<float> g_, u_;            // dense GeGLU [m][inter]
+  std::vector<float> m1_, m2_, r_;      // [m][H]
+  std::vector<float> router_logits_;    // [m][E]
+  std::vector<int> topk_idx_;           // [m][k]
+  std::vector<float> topk_w_;           // [m][k]
+  // Expert scratch: grouped rows (prefill) or one slot per chosen expert (decode).
+  std::vector<float> ex_in_, ex_g_, ex_u_, ex_y_;
+  std::vector<float> rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [m][hd/2]
+};
+
+}  // namespace rw

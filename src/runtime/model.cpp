@@ -1,0 +1,113 @@
+#include "runtime/model.h"
+
+#include <cmath>
+
+#include "base/bf16.h"
+
+namespace rw {
+
+WeightView ViewOf(const uint8_t* base, const TensorDesc& t) {
+  const int64_t rows = t.shape.size() >= 2 ? t.rows() : 1, cols = t.cols();
+  switch (t.type) {
+    case TensorType::kF32:
+      return F32Weight(reinterpret_cast<const float*>(base + t.data.offset), rows, cols);
+    case TensorType::kBf16:
+      return Bf16Weight(reinterpret_cast<const uint16_t*>(base + t.data.offset), rows, cols);
+    case TensorType::kAffine:
+      return AffineWeight(reinterpret_cast<const uint32_t*>(base + t.data.offset), rows, cols,
+                          t.bits, t.group_size,
+                          reinterpret_cast<const uint16_t*>(base + t.scales.offset),
+                          reinterpret_cast<const uint16_t*>(base + t.biases.offset));
+  }
+  return {};
+}
+
+std::vector<float> VectorToF32(const uint8_t* base, const TensorDesc& t) {
+  std::vector<float> out(t.numel());
+  if (t.type == TensorType::kF32) {
+    std::memcpy(out.data(), base + t.data.offset, out.size() * 4);
+  } else {
+    CHECK(t.type == TensorType::kBf16);
+    const auto* p = reinterpret_cast<const uint16_t*>(base + t.data.offset);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = Bf16ToF32(p[i]);
+  }
+  return out;
+}
+
+std::vector<float> RopeInvFreq(const AttentionGeometry& g) {
+  const int d = g.head_dim, half = d / 2;
+  // Number of rotated pairs: all for "default"; int(partial·d // 2) for "proportional".
+  int rotated = half;
+  if (g.rope_type == "proportional")
+    rotated = static_cast<int>(std::floor(g.partial_rotary_factor * d / 2));
+  std::vector<float> inv(half, 0.0f);
+  const float base = static_cast<float>(g.rope_theta);
+  for (int k = 0; k < rotated; ++k) {
+    // torch: arange(0, d, 2).float() / d, then base ** that (fp32 pow), then 1.0 / that.
+    float e = static_cast<float>(2 * k) / static_cast<float>(d);
+    inv[k] = 1.0f / std::pow(base, e);
+  }
+  return inv;
+}
+
+Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path) {
+  auto m = std::unique_ptr<RuntimeModel>(new RuntimeModel());
+  RW_ASSIGN_OR_RETURN(m->dir_, ModelDir::Open(path));
+  const ModelConfig& c = m->dir_.config();
+  if (c.geometry(0).rope_type != "default" && c.geometry(0).rope_type != "proportional")
+    return Error(ErrorCode::kUnsupported, "{}: rope type {}", path, c.geometry(0).rope_type);
+  RW_ASSIGN_OR_RETURN(m->table_, BindGemma4Weights(c, m->dir_.core()));
+  const uint8_t* base = m->dir_.core().base();
+  m->embed_ = ViewOf(base, *m->table_.embed_tokens);
+  m->final_norm_ = VectorToF32(base, *m->table_.norm);
+  uint64_t bytes = 0;
+  auto linear = [&](const TensorDesc* t) {
+    if (t == nullptr) return WeightView{};
+    bytes += t->data.size + t->scales.size + t->biases.size;
+    return ViewOf(base, *t);
+  };
+  auto vec = [&](const TensorDesc* t) { return t ? VectorToF32(base, *t) : std::vector<float>{}; };
+  for (int i = 0; i < c.num_layers; ++i) {
+    const Gemma4LayerWeights& w = m->table_.layers[i];
+    LayerView l;
+    l.full = c.is_full(i);
+    l.input_ln = vec(w.input_layernorm);
+    l.post_attn_ln = vec(w.post_attention_layernorm);
+    l.pre_ff_ln = vec(w.pre_feedforward_layernorm);
+    l.post_ff_ln = vec(w.post_feedforward_layernorm);
+    l.post_ff_ln1 = vec(w.post_feedforward_layernorm_1);
+    l.pre_ff_ln2 = vec(w.pre_feedforward_layernorm_2);
+    l.post_ff_ln2 = vec(w.post_feedforward_layernorm_2);
+    l.q_norm = vec(w.q_norm);
+    l.k_norm = vec(w.k_norm);
+    l.q = linear(w.q_proj);
+    l.k = linear(w.k_proj);
+    l.v = linear(w.v_proj);
+    l.o = linear(w.o_proj);
+    l.gate = linear(w.gate_proj);
+    l.up = linear(w.up_proj);
+    l.down = linear(w.down_proj);
+    l.router = linear(w.router_proj);
+    l.router_scale = vec(w.router_scale);
+    l.per_expert_scale = vec(w.router_per_expert_scale);
+    l.layer_scalar = vec(w.layer_scalar)[0];
+    m->layers_.push_back(std::move(l));
+  }
+  // The tied head streams the whole embedding once per token.
+  bytes += m->table_.embed_tokens->data.size + m->table_.embed_tokens->scales.size +
+           m->table_.embed_tokens->biases.size;
+  m->core_bytes_per_token_ = bytes;
+  m->inv_freq_sliding_ = RopeInvFreq(c.sliding);
+  m->inv_freq_full_ = RopeInvFreq(c.full);
+  if (c.enable_moe) {
+    const ExpertIndex* idx = m->dir_.experts();
+    if (idx == nullptr) return Error(ErrorCode::kCorrupt, "{}: MoE enabled but no experts", path);
+    for (int i = 0; i < c.num_layers; ++i)
+      RW_RETURN_IF_ERROR(
+          ValidateExpertLayout(c, idx->layers[i].layout, fmt::format("{} layer {}", path, i)));
+    RW_ASSIGN_OR_RETURN(m->experts_, OpenMmapExpertStore(m->dir_));
+  }
+  return m;
+}
+
+}  // namespace rw

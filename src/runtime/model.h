@@ -1,0 +1,69 @@
+// A loaded Gemma 4 model ready for the CPU forward pass: the model directory (core mapped), the
+// weight table bound to kernel views, small vectors (norm weights, scales) widened to fp32, RoPE
+// inverse frequencies, and the expert store. Immutable after Open; shared by sessions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/weight_view.h"
+#include "experts/expert_store.h"
+#include "format/model_dir.h"
+#include "model/gemma4_weights.h"
+
+namespace rw {
+
+// A kernel view of a tensor whose parts lie at their ranges from `base` (the core file's
+// mapping, or an expert blob).
+WeightView ViewOf(const uint8_t* base, const TensorDesc& t);
+// A 1-D f32/bf16 tensor widened to fp32.
+std::vector<float> VectorToF32(const uint8_t* base, const TensorDesc& t);
+
+struct LayerView {
+  bool full = false;  // full attention (else sliding window)
+  // Norm weights in fp32 (empty where the layer has none).
+  std::vector<float> input_ln, post_attn_ln, pre_ff_ln, post_ff_ln, post_ff_ln1, pre_ff_ln2,
+      post_ff_ln2;
+  std::vector<float> q_norm, k_norm;
+  WeightView q, k, v, o;  // v.data == nullptr on k_eq_v layers
+  WeightView gate, up, down;
+  WeightView router;
+  std::vector<float> router_scale, per_expert_scale;
+  float layer_scalar = 1.0f;
+};
+
+// RoPE inverse frequencies (head_dim/2 floats) as transformers computes them in fp32:
+// default: 1 / θ^(2k/d); proportional: the first int(partial·d/2) as default with exponent
+// denominator d (the full head dim), the rest 0 (identity).
+std::vector<float> RopeInvFreq(const AttentionGeometry& g);
+
+class RuntimeModel {
+ public:
+  static Result<std::unique_ptr<RuntimeModel>> Open(const std::string& dir);
+
+  const ModelConfig& config() const { return dir_.config(); }
+  const ModelDir& dir() const { return dir_; }
+  const WeightView& embed() const { return embed_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  const LayerView& layer(int i) const { return layers_[i]; }
+  const std::vector<float>& inv_freq(bool full) const {
+    return full ? inv_freq_full_ : inv_freq_sliding_;
+  }
+  ExpertStore* experts() const { return experts_.get(); }
+  // Bytes of core weights read per decoded token (everything but the embedding rows), and the
+  // size of one expert blob.
+  uint64_t core_bytes_per_token() const { return core_bytes_per_token_; }
+
+ private:
+  ModelDir dir_;
+  Gemma4Weights table_;
+  WeightView embed_;
+  std::vector<float> final_norm_;
+  std::vector<LayerView> layers_;
+  std::vector<float> inv_freq_sliding_, inv_freq_full_;
+  std::unique_ptr<ExpertStore> experts_;
+  uint64_t core_bytes_per_token_ = 0;
+};
+
+}  // namespace rw
