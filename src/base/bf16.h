@@ -24,7 +24,9 @@ inline uint16_t F32ToBf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-inline float RoundToBf16(float f) { return Bf16ToF32(F32ToBf16(f)); }
+inline float RoundToBf16(float f) {
+  return Bf16ToF32(F32ToBf16(f));
+}
 
 // IEEE half, for sources that store f16 (conversion only; never an activation dtype).
 float F16ToF32(uint16_t h);

@@ -14,13 +14,12 @@ namespace rw::detail {
 }
 }  // namespace rw::detail
 
-#define CHECK(cond)                                                         \
-  do {                                                                      \
+#define CHECK(cond)                                                        \
+  do {                                                                     \
     if (!(cond)) ::rw::detail::CheckFailed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
 
-#define CHECK_MSG(cond, ...)                                                              \
-  do {                                                                                    \
-    if (!(cond))                                                                          \
-      ::rw::detail::CheckFailed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
+#define CHECK_MSG(cond, ...)                                                                       \
+  do {                                                                                             \
+    if (!(cond)) ::rw::detail::CheckFailed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -71,8 +71,9 @@ Status File::PreadExact(void* buf, size_t n, uint64_t offset) const {
       return Errno("read", path_);
     }
     if (r == 0) {
-      return Error(ErrorCode::kCorrupt, "{}: truncated: wanted {} bytes at offset {}, file ends after {}",
-                   path_, n, offset, offset + done);
+      return Error(ErrorCode::kCorrupt,
+                   "{}: truncated: wanted {} bytes at offset {}, file ends after {}", path_, n,
+                   offset, offset + done);
     }
     done += static_cast<size_t>(r);
   }

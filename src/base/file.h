@@ -81,6 +81,8 @@ std::string BaseName(const std::string& path);
 // Free bytes available to unprivileged users on the filesystem holding path.
 Result<uint64_t> FreeDiskBytes(const std::string& path);
 
-inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+inline uint64_t AlignUp(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 }  // namespace rw

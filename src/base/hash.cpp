@@ -20,7 +20,9 @@ Sha256::Sha256() : impl_(std::make_unique<Impl>()) {
   CHECK(EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr) == 1);
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(impl_->ctx); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(impl_->ctx);
+}
 
 void Sha256::Update(const void* data, size_t n) {
   CHECK(EVP_DigestUpdate(impl_->ctx, data, n) == 1);
@@ -59,18 +61,25 @@ Result<std::string> Sha256File(const std::string& path) {
   return h.FinishHex();
 }
 
-uint64_t Xxh3_64(const void* data, size_t n) { return XXH3_64bits(data, n); }
+uint64_t Xxh3_64(const void* data, size_t n) {
+  return XXH3_64bits(data, n);
+}
 
-std::string Hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+std::string Hex64(uint64_t v) {
+  return fmt::format("{:016x}", v);
+}
 
 Result<uint64_t> ParseHex64(const std::string& s) {
   if (s.size() != 16) return Error(ErrorCode::kCorrupt, "bad 64-bit hex value '{}'", s);
   uint64_t v = 0;
   for (char c : s) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else return Error(ErrorCode::kCorrupt, "bad 64-bit hex value '{}'", s);
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return Error(ErrorCode::kCorrupt, "bad 64-bit hex value '{}'", s);
     v = (v << 4) | static_cast<uint64_t>(d);
   }
   return v;

@@ -1,4 +1,5 @@
-// Checksums: SHA-256 for whole files (manifest, install), XXH3-64 for expert blobs (cheap per read).
+// Checksums: SHA-256 for whole files (manifest, install), XXH3-64 for expert blobs (cheap per
+// read).
 #pragma once
 
 #include <cstddef>

@@ -26,19 +26,22 @@ Result<int64_t> JsonInt(const Json& j, const char* key, const std::string& what)
 
 Result<double> JsonNumber(const Json& j, const char* key, const std::string& what) {
   RW_ASSIGN_OR_RETURN(const Json* v, Field(j, key, what));
-  if (!v->is_number()) return Error(ErrorCode::kCorrupt, "{}: field '{}' must be a number", what, key);
+  if (!v->is_number())
+    return Error(ErrorCode::kCorrupt, "{}: field '{}' must be a number", what, key);
   return v->get<double>();
 }
 
 Result<std::string> JsonString(const Json& j, const char* key, const std::string& what) {
   RW_ASSIGN_OR_RETURN(const Json* v, Field(j, key, what));
-  if (!v->is_string()) return Error(ErrorCode::kCorrupt, "{}: field '{}' must be a string", what, key);
+  if (!v->is_string())
+    return Error(ErrorCode::kCorrupt, "{}: field '{}' must be a string", what, key);
   return v->get<std::string>();
 }
 
 Result<bool> JsonBool(const Json& j, const char* key, const std::string& what) {
   RW_ASSIGN_OR_RETURN(const Json* v, Field(j, key, what));
-  if (!v->is_boolean()) return Error(ErrorCode::kCorrupt, "{}: field '{}' must be true or false", what, key);
+  if (!v->is_boolean())
+    return Error(ErrorCode::kCorrupt, "{}: field '{}' must be true or false", what, key);
   return v->get<bool>();
 }
 

@@ -19,8 +19,12 @@ std::atomic<LogLevel> g_level{InitialLevel()};
 std::mutex g_mu;
 }  // namespace
 
-LogLevel CurrentLogLevel() { return g_level.load(std::memory_order_relaxed); }
-void SetLogLevel(LogLevel level) { g_level.store(level); }
+LogLevel CurrentLogLevel() {
+  return g_level.load(std::memory_order_relaxed);
+}
+void SetLogLevel(LogLevel level) {
+  g_level.store(level);
+}
 
 void LogLine(LogLevel level, const std::string& line) {
   static const char* kTags[] = {"debug", "info", "warning", "error"};

@@ -13,14 +13,14 @@ namespace rw {
 
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,  // bad flag, bad request, bad id
-  kNotFound,         // missing file or tensor
-  kAlreadyExists,    // refusing to overwrite
-  kCorrupt,          // malformed or damaged file (bad header, checksum mismatch)
-  kUnsupported,      // valid input we do not handle (unknown dtype, format version)
-  kIo,               // an OS call failed
-  kOutOfRange,       // ids or context beyond limits
-  kResourceExhausted,// memory or disk budget
+  kInvalidArgument,    // bad flag, bad request, bad id
+  kNotFound,           // missing file or tensor
+  kAlreadyExists,      // refusing to overwrite
+  kCorrupt,            // malformed or damaged file (bad header, checksum mismatch)
+  kUnsupported,        // valid input we do not handle (unknown dtype, format version)
+  kIo,                 // an OS call failed
+  kOutOfRange,         // ids or context beyond limits
+  kResourceExhausted,  // memory or disk budget
   kCancelled,
   kInternal,
 };
@@ -39,7 +39,8 @@ class [[nodiscard]] Status {
   // "corrupt: <message>"
   std::string ToString() const;
 
-  // Prefixes context: Status("bad header").Annotate("model.safetensors") -> "model.safetensors: bad header".
+  // Prefixes context: Status("bad header").Annotate("model.safetensors") -> "model.safetensors: bad
+  // header".
   Status Annotate(const std::string& context) const {
     if (ok()) return *this;
     return Status(code_, context + ": " + message_);
@@ -59,7 +60,7 @@ Status Error(ErrorCode code, fmt::format_string<Args...> f, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -85,14 +86,15 @@ class [[nodiscard]] Result {
 #define RW_CONCAT(a, b) RW_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function if it is not ok.
-#define RW_RETURN_IF_ERROR(expr)              \
-  do {                                        \
-    ::rw::Status _rw_st = (expr);             \
-    if (!_rw_st.ok()) return _rw_st;          \
+#define RW_RETURN_IF_ERROR(expr)     \
+  do {                               \
+    ::rw::Status _rw_st = (expr);    \
+    if (!_rw_st.ok()) return _rw_st; \
   } while (0)
 
 // RW_ASSIGN_OR_RETURN(auto x, MakeX()); returns the error status on failure.
-#define RW_ASSIGN_OR_RETURN(lhs, expr) RW_ASSIGN_OR_RETURN_IMPL(RW_CONCAT(_rw_res_, __LINE__), lhs, expr)
+#define RW_ASSIGN_OR_RETURN(lhs, expr) \
+  RW_ASSIGN_OR_RETURN_IMPL(RW_CONCAT(_rw_res_, __LINE__), lhs, expr)
 #define RW_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \

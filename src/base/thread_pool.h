@@ -22,8 +22,7 @@ class ThreadPool {
 
   // Calls fn(begin, end, thread_index) over [0, n) split into contiguous chunks of at least
   // `grain` items; returns when all are done. Not reentrant.
-  void ParallelFor(size_t n, size_t grain,
-                   const std::function<void(size_t, size_t, int)>& fn);
+  void ParallelFor(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& fn);
 
   // The process-wide pool (REDWING_THREADS or hardware concurrency).
   static ThreadPool& Default();

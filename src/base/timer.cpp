@@ -22,8 +22,12 @@ uint64_t StatusField(const char* key) {
 }
 }  // namespace
 
-uint64_t PeakRssBytes() { return StatusField("VmHWM"); }
+uint64_t PeakRssBytes() {
+  return StatusField("VmHWM");
+}
 
-RssBreakdown CurrentRss() { return {StatusField("RssAnon"), StatusField("RssFile")}; }
+RssBreakdown CurrentRss() {
+  return {StatusField("RssAnon"), StatusField("RssFile")};
+}
 
 }  // namespace rw

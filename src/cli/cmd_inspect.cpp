@@ -43,16 +43,18 @@ int Inspect(const Args& args) {
   if (m.quantization.contains("tensors")) {
     for (auto& [name, q] : m.quantization["tensors"].items()) {
       std::string key = q.value("type", "?");
-      if (key == "affine") key = fmt::format("affine {}-bit g{}", q.value("bits", 0), q.value("group_size", 0));
+      if (key == "affine")
+        key = fmt::format("affine {}-bit g{}", q.value("bits", 0), q.value("group_size", 0));
       quant_counts[key]++;
     }
   }
   if (flags.GetBool("json")) {
-    Json out{{"config", c.ToJson()},
-             {"source", m.source},
-             {"sizes", {{"core", core_bytes}, {"experts", expert_bytes}, {"per_expert", per_expert}}},
-             {"quantization", quant_counts},
-             {"skipped", m.skipped}};
+    Json out{
+        {"config", c.ToJson()},
+        {"source", m.source},
+        {"sizes", {{"core", core_bytes}, {"experts", expert_bytes}, {"per_expert", per_expert}}},
+        {"quantization", quant_counts},
+        {"skipped", m.skipped}};
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -60,21 +62,23 @@ int Inspect(const Args& args) {
   for (int l = 0; l < c.num_layers; ++l) n_full += c.is_full(l);
   std::printf("model       %s\n", dir->path().c_str());
   std::printf("format      redwing-model v%d (%s)\n", m.format_version, m.created_by.c_str());
-  std::printf("arch        %s: %d layers (%d sliding, %d full), hidden %d, vocab %d\n", c.architecture.c_str(),
-              c.num_layers, c.num_layers - n_full, n_full, c.hidden_size, c.vocab_size);
-  std::printf("attention   %d query heads; sliding: %d KV heads x %d, window %d, RoPE %g; "
-              "full: %d KV heads x %d%s, RoPE %s %g (partial %g)\n",
-              c.num_heads, c.sliding.num_kv_heads, c.sliding.head_dim, c.sliding_window, c.sliding.rope_theta,
-              c.full.num_kv_heads, c.full.head_dim, c.full.k_eq_v ? ", K=V" : "", c.full.rope_type.c_str(),
-              c.full.rope_theta, c.full.partial_rotary_factor);
+  std::printf("arch        %s: %d layers (%d sliding, %d full), hidden %d, vocab %d\n",
+              c.architecture.c_str(), c.num_layers, c.num_layers - n_full, n_full, c.hidden_size,
+              c.vocab_size);
+  std::printf(
+      "attention   %d query heads; sliding: %d KV heads x %d, window %d, RoPE %g; "
+      "full: %d KV heads x %d%s, RoPE %s %g (partial %g)\n",
+      c.num_heads, c.sliding.num_kv_heads, c.sliding.head_dim, c.sliding_window,
+      c.sliding.rope_theta, c.full.num_kv_heads, c.full.head_dim, c.full.k_eq_v ? ", K=V" : "",
+      c.full.rope_type.c_str(), c.full.rope_theta, c.full.partial_rotary_factor);
   std::printf("mlp         dense GeGLU %d", c.intermediate_size);
   if (c.enable_moe)
     std::printf("; MoE %d experts of %d, top-%d", c.num_experts, c.moe_intermediate_size, c.top_k);
-  std::printf("\nhead        tied embedding, final softcap %g, embedding scale %g\n", c.final_logit_softcapping,
-              static_cast<double>(c.embed_scale));
-  std::printf("sizes       core %s, experts %s (%s per expert), total %s\n", HumanBytes(core_bytes).c_str(),
-              HumanBytes(expert_bytes).c_str(), HumanBytes(per_expert).c_str(),
-              HumanBytes(core_bytes + expert_bytes).c_str());
+  std::printf("\nhead        tied embedding, final softcap %g, embedding scale %g\n",
+              c.final_logit_softcapping, static_cast<double>(c.embed_scale));
+  std::printf("sizes       core %s, experts %s (%s per expert), total %s\n",
+              HumanBytes(core_bytes).c_str(), HumanBytes(expert_bytes).c_str(),
+              HumanBytes(per_expert).c_str(), HumanBytes(core_bytes + expert_bytes).c_str());
   std::printf("quantization");
   const char* sep = " ";
   for (auto& [k, n] : quant_counts) {
@@ -87,5 +91,6 @@ int Inspect(const Args& args) {
 }
 
 }  // namespace
-REDWING_COMMAND("inspect", "show a model directory's geometry, sizes, quantization, source", Inspect);
+REDWING_COMMAND("inspect", "show a model directory's geometry, sizes, quantization, source",
+                Inspect);
 }  // namespace rw::cli

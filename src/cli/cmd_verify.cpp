@@ -30,11 +30,13 @@ int Verify(const Args& args) {
   if (!report.ok()) return ReportError("verify", report.status());
   if (!report->problems.empty()) {
     for (const std::string& p : report->problems) std::fprintf(stderr, "damaged: %s\n", p.c_str());
-    std::fprintf(stderr, "redwing verify: %zu problem(s) in %s\n", report->problems.size(), flags.positional(0).c_str());
+    std::fprintf(stderr, "redwing verify: %zu problem(s) in %s\n", report->problems.size(),
+                 flags.positional(0).c_str());
     return 1;
   }
   if (!quiet)
-    std::printf("ok: %s intact (%.2f GB checked)\n", flags.positional(0).c_str(), report->bytes_checked / 1e9);
+    std::printf("ok: %s intact (%.2f GB checked)\n", flags.positional(0).c_str(),
+                report->bytes_checked / 1e9);
   return 0;
 }
 

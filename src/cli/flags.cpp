@@ -47,7 +47,8 @@ Status Flags::Parse(const std::vector<std::string>& args) {
       }
       auto it = opts_.find(name);
       if (it == opts_.end())
-        return Error(ErrorCode::kInvalidArgument, "{}: unknown option --{} (see redwing {} --help)", command_, name, command_);
+        return Error(ErrorCode::kInvalidArgument, "{}: unknown option --{} (see redwing {} --help)",
+                     command_, name, command_);
       Opt& o = it->second;
       if (o.value.has_value())
         return Error(ErrorCode::kInvalidArgument, "{}: option --{} given twice", command_, name);
@@ -58,7 +59,9 @@ Status Flags::Parse(const std::vector<std::string>& args) {
         continue;
       }
       if (!has_value) {
-        if (i + 1 >= args.size()) return Error(ErrorCode::kInvalidArgument, "{}: option --{} needs a value", command_, name);
+        if (i + 1 >= args.size())
+          return Error(ErrorCode::kInvalidArgument, "{}: option --{} needs a value", command_,
+                       name);
         value = args[++i];
       }
       if (o.kind == Kind::kInt) {
@@ -66,26 +69,30 @@ Status Flags::Parse(const std::vector<std::string>& args) {
         char* end = nullptr;
         long long v = std::strtoll(value.c_str(), &end, 10);
         if (value.empty() || *end != '\0' || errno != 0)
-          return Error(ErrorCode::kInvalidArgument, "{}: --{} expects an integer, got '{}'", command_, name, value);
+          return Error(ErrorCode::kInvalidArgument, "{}: --{} expects an integer, got '{}'",
+                       command_, name, value);
         (void)v;
       } else if (o.kind == Kind::kDouble) {
         char* end = nullptr;
         double v = std::strtod(value.c_str(), &end);
         if (value.empty() || *end != '\0' || !std::isfinite(v))
-          return Error(ErrorCode::kInvalidArgument, "{}: --{} expects a number, got '{}'", command_, name, value);
+          return Error(ErrorCode::kInvalidArgument, "{}: --{} expects a number, got '{}'", command_,
+                       name, value);
       }
       o.value = value;
       continue;
     }
     if (a.size() > 1 && a[0] == '-' && a != "-")
-      return Error(ErrorCode::kInvalidArgument, "{}: unknown option {} (see redwing {} --help)", command_, a, command_);
+      return Error(ErrorCode::kInvalidArgument, "{}: unknown option {} (see redwing {} --help)",
+                   command_, a, command_);
     if (positional_values_.size() >= positional_decl_.size())
       return Error(ErrorCode::kInvalidArgument, "{}: unexpected argument '{}'", command_, a);
     positional_values_.push_back(a);
   }
   for (size_t i = positional_values_.size(); i < positional_decl_.size(); ++i)
     if (positional_required_[i])
-      return Error(ErrorCode::kInvalidArgument, "{}: missing <{}> (usage: {})", command_, positional_decl_[i].first, usage_);
+      return Error(ErrorCode::kInvalidArgument, "{}: missing <{}> (usage: {})", command_,
+                   positional_decl_[i].first, usage_);
   return Status::Ok();
 }
 
@@ -110,10 +117,18 @@ std::string Flags::GetString(const std::string& name) const {
   const Opt& o = opts_.at(name);
   return o.value.value_or(o.def);
 }
-long long Flags::GetInt(const std::string& name) const { return std::strtoll(GetString(name).c_str(), nullptr, 10); }
-double Flags::GetDouble(const std::string& name) const { return std::strtod(GetString(name).c_str(), nullptr); }
-bool Flags::GetBool(const std::string& name) const { return GetString(name) == "on"; }
-bool Flags::IsSet(const std::string& name) const { return opts_.at(name).value.has_value(); }
+long long Flags::GetInt(const std::string& name) const {
+  return std::strtoll(GetString(name).c_str(), nullptr, 10);
+}
+double Flags::GetDouble(const std::string& name) const {
+  return std::strtod(GetString(name).c_str(), nullptr);
+}
+bool Flags::GetBool(const std::string& name) const {
+  return GetString(name) == "on";
+}
+bool Flags::IsSet(const std::string& name) const {
+  return opts_.at(name).value.has_value();
+}
 
 Result<std::vector<int>> ParseIdList(const std::string& text, const std::string& flag) {
   std::vector<int> ids;
@@ -128,7 +143,8 @@ Result<std::vector<int>> ParseIdList(const std::string& text, const std::string&
     errno = 0;
     long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || errno != 0 || v < 0 || v > 0x7fffffff)
-      return Error(ErrorCode::kInvalidArgument, "{}: '{}' is not a token id (expected e.g. 2,17,99)", flag, item);
+      return Error(ErrorCode::kInvalidArgument,
+                   "{}: '{}' is not a token id (expected e.g. 2,17,99)", flag, item);
     ids.push_back(static_cast<int>(v));
     i = j + 1;
   }
@@ -140,14 +156,22 @@ Result<unsigned long long> ParseByteSize(const std::string& text, const std::str
   double v = std::strtod(text.c_str(), &end);
   std::string unit(end);
   double mult = 1;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KiB" || unit == "k") mult = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
-  else return Error(ErrorCode::kInvalidArgument, "{}: cannot read size '{}' (use e.g. 2G, 512M)", flag, text);
+  if (unit.empty() || unit == "B")
+    mult = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KiB" || unit == "k")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TiB")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return Error(ErrorCode::kInvalidArgument, "{}: cannot read size '{}' (use e.g. 2G, 512M)", flag,
+                 text);
   if (text.empty() || end == text.c_str() || !(v >= 0) || !std::isfinite(v))
-    return Error(ErrorCode::kInvalidArgument, "{}: cannot read size '{}' (use e.g. 2G, 512M)", flag, text);
+    return Error(ErrorCode::kInvalidArgument, "{}: cannot read size '{}' (use e.g. 2G, 512M)", flag,
+                 text);
   return static_cast<unsigned long long>(v * mult);
 }
 

@@ -24,8 +24,10 @@ void PrintUsage(FILE* out) {
                "usage: redwing <command> [options]   (redwing <command> --help for its options)\n\n"
                "commands:\n");
   auto cmds = CommandRegistry();
-  std::sort(cmds.begin(), cmds.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
-  for (const Command& c : cmds) std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+  std::sort(cmds.begin(), cmds.end(),
+            [](const Command& a, const Command& b) { return a.name < b.name; });
+  for (const Command& c : cmds)
+    std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
 }
 }  // namespace
 

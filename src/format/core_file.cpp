@@ -37,7 +37,8 @@ ByteRange CoreWriter::ReservePart(uint64_t n) {
 }
 
 Result<TensorDesc> CoreWriter::Reserve(TensorDesc desc) {
-  if (names_.count(desc.name)) return Error(ErrorCode::kInvalidArgument, "core: duplicate tensor '{}'", desc.name);
+  if (names_.count(desc.name))
+    return Error(ErrorCode::kInvalidArgument, "core: duplicate tensor '{}'", desc.name);
   desc.data = ReservePart(desc.ExpectedDataBytes());
   if (desc.type == TensorType::kAffine) {
     desc.scales = ReservePart(desc.ExpectedScaleBytes());
@@ -50,16 +51,19 @@ Result<TensorDesc> CoreWriter::Reserve(TensorDesc desc) {
 
 Status CoreWriter::WriteAt(uint64_t offset, const void* data, size_t n) {
   if (offset < kCoreAlignment || offset + n > end_)
-    return Error(ErrorCode::kInvalidArgument, "core: write [{}, +{}) outside the reserved data", offset, n);
+    return Error(ErrorCode::kInvalidArgument, "core: write [{}, +{}) outside the reserved data",
+                 offset, n);
   return file_.PwriteAll(data, n, offset);
 }
 
 Status CoreWriter::Add(TensorDesc desc, const void* data, const void* scales, const void* biases) {
-  if (names_.count(desc.name)) return Error(ErrorCode::kInvalidArgument, "core: duplicate tensor '{}'", desc.name);
+  if (names_.count(desc.name))
+    return Error(ErrorCode::kInvalidArgument, "core: duplicate tensor '{}'", desc.name);
   RW_RETURN_IF_ERROR(AppendPart(data, desc.ExpectedDataBytes(), &desc.data));
   if (desc.type == TensorType::kAffine) {
     if (scales == nullptr || biases == nullptr)
-      return Error(ErrorCode::kInvalidArgument, "core: affine tensor '{}' needs scales and biases", desc.name);
+      return Error(ErrorCode::kInvalidArgument, "core: affine tensor '{}' needs scales and biases",
+                   desc.name);
     RW_RETURN_IF_ERROR(AppendPart(scales, desc.ExpectedScaleBytes(), &desc.scales));
     RW_RETURN_IF_ERROR(AppendPart(biases, desc.ExpectedScaleBytes(), &desc.biases));
   }
@@ -89,24 +93,30 @@ Result<CoreFile> CoreFile::Open(const std::string& path) {
   CoreFile c;
   RW_ASSIGN_OR_RETURN(c.map_, MappedFile::Open(path));
   if (c.map_.size() < kCoreAlignment)
-    return Error(ErrorCode::kCorrupt, "{}: too short for a core file ({} bytes)", path, c.map_.size());
+    return Error(ErrorCode::kCorrupt, "{}: too short for a core file ({} bytes)", path,
+                 c.map_.size());
   Header h;
   std::memcpy(&h, c.map_.data(), sizeof h);
   if (std::memcmp(h.magic, kCoreMagic, 8) != 0)
-    return Error(ErrorCode::kCorrupt, "{}: not a redwing core file (bad magic; an unfinished write?)", path);
-  if (h.dir_offset > c.map_.size() || h.dir_size > c.map_.size() - h.dir_offset || h.dir_offset < kCoreAlignment)
-    return Error(ErrorCode::kCorrupt, "{}: tensor directory [{}, +{}) outside the file", path, h.dir_offset, h.dir_size);
+    return Error(ErrorCode::kCorrupt,
+                 "{}: not a redwing core file (bad magic; an unfinished write?)", path);
+  if (h.dir_offset > c.map_.size() || h.dir_size > c.map_.size() - h.dir_offset ||
+      h.dir_offset < kCoreAlignment)
+    return Error(ErrorCode::kCorrupt, "{}: tensor directory [{}, +{}) outside the file", path,
+                 h.dir_offset, h.dir_size);
   std::string text(reinterpret_cast<const char*>(c.map_.data() + h.dir_offset), h.dir_size);
   RW_ASSIGN_OR_RETURN(Json dir, ParseJson(text, path + ": tensor directory"));
   if (!dir.is_object() || !dir.contains("tensors") || !dir["tensors"].is_array())
     return Error(ErrorCode::kCorrupt, "{}: tensor directory has no 'tensors' array", path);
   if (dir.value("version", 0) != 1)
-    return Error(ErrorCode::kUnsupported, "{}: core directory version {} (this build reads 1)", path, dir.value("version", 0));
+    return Error(ErrorCode::kUnsupported, "{}: core directory version {} (this build reads 1)",
+                 path, dir.value("version", 0));
   std::vector<ByteRange> seen;
   for (const Json& tj : dir["tensors"]) {
     RW_ASSIGN_OR_RETURN(TensorDesc t, TensorDesc::FromJson(tj, path));
     RW_RETURN_IF_ERROR(t.Validate(h.dir_offset, path));
-    if (c.names_.count(t.name)) return Error(ErrorCode::kCorrupt, "{}: duplicate tensor '{}'", path, t.name);
+    if (c.names_.count(t.name))
+      return Error(ErrorCode::kCorrupt, "{}: duplicate tensor '{}'", path, t.name);
     c.names_[t.name] = c.tensors_.size();
     c.tensors_.push_back(std::move(t));
   }

@@ -28,14 +28,19 @@ ExpertLayout ExpertLayout::Make(TensorDesc gate, TensorDesc up, TensorDesc down)
 }
 
 Json ExpertLayout::ToJson() const {
-  return Json{{"gate", gate.ToJson()}, {"up", up.ToJson()}, {"down", down.ToJson()},
-              {"blob_size", blob_size}, {"stride", stride}};
+  return Json{{"gate", gate.ToJson()},
+              {"up", up.ToJson()},
+              {"down", down.ToJson()},
+              {"blob_size", blob_size},
+              {"stride", stride}};
 }
 
 Result<ExpertLayout> ExpertLayout::FromJson(const Json& j, const std::string& what) {
   ExpertLayout l;
-  for (auto [key, t] : {std::pair{"gate", &l.gate}, std::pair{"up", &l.up}, std::pair{"down", &l.down}}) {
-    if (!j.contains(key)) return Error(ErrorCode::kCorrupt, "{}: blob layout lacks '{}'", what, key);
+  for (auto [key, t] :
+       {std::pair{"gate", &l.gate}, std::pair{"up", &l.up}, std::pair{"down", &l.down}}) {
+    if (!j.contains(key))
+      return Error(ErrorCode::kCorrupt, "{}: blob layout lacks '{}'", what, key);
     RW_ASSIGN_OR_RETURN(*t, TensorDesc::FromJson(j[key], what));
   }
   auto bs = j.find("blob_size");
@@ -50,12 +55,14 @@ Result<ExpertLayout> ExpertLayout::FromJson(const Json& j, const std::string& wh
 
 Status ExpertLayout::Validate(const std::string& what) const {
   if (stride == 0 || stride % kExpertAlignment != 0 || blob_size > stride)
-    return Error(ErrorCode::kCorrupt, "{}: expert stride {} must be a positive multiple of {} holding {} bytes",
-                 what, stride, kExpertAlignment, blob_size);
+    return Error(ErrorCode::kCorrupt,
+                 "{}: expert stride {} must be a positive multiple of {} holding {} bytes", what,
+                 stride, kExpertAlignment, blob_size);
   std::vector<ByteRange> parts;
   for (const TensorDesc* t : {&gate, &up, &down}) {
     RW_RETURN_IF_ERROR(t->Validate(blob_size, what));
-    if (t->shape.size() != 2) return Error(ErrorCode::kCorrupt, "{}: expert tensor '{}' must be 2-D", what, t->name);
+    if (t->shape.size() != 2)
+      return Error(ErrorCode::kCorrupt, "{}: expert tensor '{}' must be 2-D", what, t->name);
     parts.push_back(t->data);
     if (t->type == TensorType::kAffine) {
       parts.push_back(t->scales);
@@ -82,20 +89,26 @@ Json ExpertIndex::ToJson() const {
     for (uint64_t h : l.xxh3) sums.push_back(Hex64(h));
     layers_j.push_back(Json{{"file", l.file}, {"layout", l.layout.ToJson()}, {"xxh3", sums}});
   }
-  return Json{{"version", 1}, {"num_layers", num_layers}, {"num_experts", num_experts}, {"layers", layers_j}};
+  return Json{{"version", 1},
+              {"num_layers", num_layers},
+              {"num_experts", num_experts},
+              {"layers", layers_j}};
 }
 
 Result<ExpertIndex> ExpertIndex::FromJson(const Json& j, const std::string& what) {
   ExpertIndex idx;
   RW_ASSIGN_OR_RETURN(int64_t version, JsonInt(j, "version", what));
-  if (version != 1) return Error(ErrorCode::kUnsupported, "{}: expert index version {} (this build reads 1)", what, version);
+  if (version != 1)
+    return Error(ErrorCode::kUnsupported, "{}: expert index version {} (this build reads 1)", what,
+                 version);
   RW_ASSIGN_OR_RETURN(int64_t nl, JsonInt(j, "num_layers", what));
   RW_ASSIGN_OR_RETURN(int64_t ne, JsonInt(j, "num_experts", what));
   if (nl <= 0 || nl > 10000 || ne <= 0 || ne > 100000)
     return Error(ErrorCode::kCorrupt, "{}: implausible {} layers × {} experts", what, nl, ne);
   idx.num_layers = static_cast<int>(nl);
   idx.num_experts = static_cast<int>(ne);
-  if (!j.contains("layers") || !j["layers"].is_array() || static_cast<int64_t>(j["layers"].size()) != nl)
+  if (!j.contains("layers") || !j["layers"].is_array() ||
+      static_cast<int64_t>(j["layers"].size()) != nl)
     return Error(ErrorCode::kCorrupt, "{}: 'layers' must list {} layers", what, nl);
   for (size_t i = 0; i < j["layers"].size(); ++i) {
     const Json& lj = j["layers"][i];
@@ -103,10 +116,12 @@ Result<ExpertIndex> ExpertIndex::FromJson(const Json& j, const std::string& what
     ExpertLayerInfo info;
     RW_ASSIGN_OR_RETURN(info.file, JsonString(lj, "file", w));
     if (info.file.find("..") != std::string::npos || info.file.empty() || info.file[0] == '/')
-      return Error(ErrorCode::kCorrupt, "{}: file name '{}' leaves the model directory", w, info.file);
+      return Error(ErrorCode::kCorrupt, "{}: file name '{}' leaves the model directory", w,
+                   info.file);
     if (!lj.contains("layout")) return Error(ErrorCode::kCorrupt, "{}: no layout", w);
     RW_ASSIGN_OR_RETURN(info.layout, ExpertLayout::FromJson(lj["layout"], w));
-    if (!lj.contains("xxh3") || !lj["xxh3"].is_array() || static_cast<int64_t>(lj["xxh3"].size()) != ne)
+    if (!lj.contains("xxh3") || !lj["xxh3"].is_array() ||
+        static_cast<int64_t>(lj["xxh3"].size()) != ne)
       return Error(ErrorCode::kCorrupt, "{}: 'xxh3' must hold {} checksums", w, ne);
     for (const Json& h : lj["xxh3"]) {
       if (!h.is_string()) return Error(ErrorCode::kCorrupt, "{}: checksum is not a string", w);
@@ -118,10 +133,12 @@ Result<ExpertIndex> ExpertIndex::FromJson(const Json& j, const std::string& what
   return idx;
 }
 
-std::string ExpertLayerFileName(int layer) { return fmt::format("experts/layer_{:03d}.bin", layer); }
+std::string ExpertLayerFileName(int layer) {
+  return fmt::format("experts/layer_{:03d}.bin", layer);
+}
 
-Result<ExpertLayerWriter> ExpertLayerWriter::Create(const std::string& path, const ExpertLayout& layout,
-                                                    int num_experts) {
+Result<ExpertLayerWriter> ExpertLayerWriter::Create(const std::string& path,
+                                                    const ExpertLayout& layout, int num_experts) {
   ExpertLayerWriter w;
   RW_ASSIGN_OR_RETURN(w.file_, File::Create(path));
   w.layout_ = layout;
@@ -134,8 +151,10 @@ Result<ExpertLayerWriter> ExpertLayerWriter::Create(const std::string& path, con
 Status ExpertLayerWriter::Write(int expert, const uint8_t* blob) {
   if (expert < 0 || expert >= static_cast<int>(written_.size()))
     return Error(ErrorCode::kInvalidArgument, "{}: expert {} out of range", file_.path(), expert);
-  if (written_[expert]) return Error(ErrorCode::kInvalidArgument, "{}: expert {} written twice", file_.path(), expert);
-  RW_RETURN_IF_ERROR(file_.PwriteAll(blob, layout_.stride, layout_.stride * static_cast<uint64_t>(expert)));
+  if (written_[expert])
+    return Error(ErrorCode::kInvalidArgument, "{}: expert {} written twice", file_.path(), expert);
+  RW_RETURN_IF_ERROR(
+      file_.PwriteAll(blob, layout_.stride, layout_.stride * static_cast<uint64_t>(expert)));
   xxh3_[expert] = Xxh3_64(blob, layout_.stride);
   written_[expert] = true;
   return Status::Ok();
@@ -143,7 +162,8 @@ Status ExpertLayerWriter::Write(int expert, const uint8_t* blob) {
 
 Result<std::vector<uint64_t>> ExpertLayerWriter::Finish() {
   for (size_t e = 0; e < written_.size(); ++e)
-    if (!written_[e]) return Error(ErrorCode::kInternal, "{}: expert {} never written", file_.path(), e);
+    if (!written_[e])
+      return Error(ErrorCode::kInternal, "{}: expert {} never written", file_.path(), e);
   RW_RETURN_IF_ERROR(file_.Sync());
   RW_RETURN_IF_ERROR(file_.Close());
   return xxh3_;

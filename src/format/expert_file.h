@@ -18,9 +18,9 @@ inline constexpr uint64_t kExpertPartAlignment = 64;
 
 // Layout of one blob. Ranges in the TensorDescs are offsets within the blob.
 struct ExpertLayout {
-  TensorDesc gate;  // [moe_intermediate, hidden]
-  TensorDesc up;    // [moe_intermediate, hidden]
-  TensorDesc down;  // [hidden, moe_intermediate]
+  TensorDesc gate;         // [moe_intermediate, hidden]
+  TensorDesc up;           // [moe_intermediate, hidden]
+  TensorDesc down;         // [hidden, moe_intermediate]
   uint64_t blob_size = 0;  // bytes used
   uint64_t stride = 0;     // blob_size rounded up to 4 KiB
 

@@ -7,7 +7,9 @@
 namespace rw {
 namespace {
 
-const char* LayerKindName(LayerKind k) { return k == LayerKind::kFull ? "full_attention" : "sliding_attention"; }
+const char* LayerKindName(LayerKind k) {
+  return k == LayerKind::kFull ? "full_attention" : "sliding_attention";
+}
 
 Json GeometryToJson(const AttentionGeometry& g) {
   return Json{{"head_dim", g.head_dim},
@@ -84,7 +86,8 @@ Result<ModelConfig> ModelConfig::FromJson(const Json& j, const std::string& what
   ModelConfig c;
   auto geti = [&](const char* key, int* out) -> Status {
     RW_ASSIGN_OR_RETURN(int64_t v, JsonInt(j, key, what));
-    if (v < 0 || v > (1ll << 31)) return Error(ErrorCode::kCorrupt, "{}: field '{}' out of range", what, key);
+    if (v < 0 || v > (1ll << 31))
+      return Error(ErrorCode::kCorrupt, "{}: field '{}' out of range", what, key);
     *out = static_cast<int>(v);
     return Status::Ok();
   };
@@ -96,9 +99,12 @@ Result<ModelConfig> ModelConfig::FromJson(const Json& j, const std::string& what
   if (!j.contains("layer_types") || !j["layer_types"].is_array())
     return Error(ErrorCode::kCorrupt, "{}: field 'layer_types' must be an array", what);
   for (const Json& t : j["layer_types"]) {
-    if (t == "full_attention") c.layer_types.push_back(LayerKind::kFull);
-    else if (t == "sliding_attention") c.layer_types.push_back(LayerKind::kSliding);
-    else return Error(ErrorCode::kCorrupt, "{}: unknown layer type {}", what, t.dump());
+    if (t == "full_attention")
+      c.layer_types.push_back(LayerKind::kFull);
+    else if (t == "sliding_attention")
+      c.layer_types.push_back(LayerKind::kSliding);
+    else
+      return Error(ErrorCode::kCorrupt, "{}: unknown layer type {}", what, t.dump());
   }
   if (!j.contains("sliding") || !j.contains("full"))
     return Error(ErrorCode::kCorrupt, "{}: fields 'sliding' and 'full' are required", what);
@@ -126,33 +132,41 @@ Result<ModelConfig> ModelConfig::FromJson(const Json& j, const std::string& what
 
 Status ModelConfig::Validate() const {
   auto bad = [](const std::string& m) { return Status(ErrorCode::kCorrupt, m); };
-  if (architecture != "gemma4_text") return Status(ErrorCode::kUnsupported, "architecture '" + architecture + "' is not supported (only gemma4_text)");
+  if (architecture != "gemma4_text")
+    return Status(ErrorCode::kUnsupported,
+                  "architecture '" + architecture + "' is not supported (only gemma4_text)");
   if (vocab_size <= 0 || hidden_size <= 0 || num_layers <= 0 || num_heads <= 0)
     return bad("vocab_size, hidden_size, num_layers and num_heads must be positive");
   if (static_cast<int>(layer_types.size()) != num_layers)
-    return bad(fmt::format("layer_types has {} entries for {} layers", layer_types.size(), num_layers));
+    return bad(
+        fmt::format("layer_types has {} entries for {} layers", layer_types.size(), num_layers));
   for (const AttentionGeometry* g : {&sliding, &full}) {
     if (g->head_dim <= 0 || g->head_dim % 2 != 0) return bad("head_dim must be positive and even");
     if (g->num_kv_heads <= 0 || num_heads % g->num_kv_heads != 0)
-      return bad(fmt::format("num_heads {} is not a multiple of num_kv_heads {}", num_heads, g->num_kv_heads));
+      return bad(fmt::format("num_heads {} is not a multiple of num_kv_heads {}", num_heads,
+                             g->num_kv_heads));
     if (g->rope_type != "default" && g->rope_type != "proportional")
       return Status(ErrorCode::kUnsupported, "rope_type '" + g->rope_type + "' is not supported");
-    if (g->partial_rotary_factor <= 0 || g->partial_rotary_factor > 1) return bad("partial_rotary_factor must be in (0, 1]");
+    if (g->partial_rotary_factor <= 0 || g->partial_rotary_factor > 1)
+      return bad("partial_rotary_factor must be in (0, 1]");
     if (g->rope_theta <= 0) return bad("rope_theta must be positive");
   }
-  if (sliding.k_eq_v) return Status(ErrorCode::kUnsupported, "k_eq_v on sliding layers is not supported");
+  if (sliding.k_eq_v)
+    return Status(ErrorCode::kUnsupported, "k_eq_v on sliding layers is not supported");
   bool any_sliding = false;
   for (LayerKind k : layer_types) any_sliding |= k == LayerKind::kSliding;
   if (any_sliding && sliding_window <= 0) return bad("sliding_window must be positive");
   if (intermediate_size <= 0) return bad("intermediate_size must be positive");
   if (enable_moe) {
     if (num_experts <= 0 || top_k <= 0 || top_k > num_experts || moe_intermediate_size <= 0)
-      return bad(fmt::format("bad MoE geometry: {} experts, top-k {}, width {}", num_experts, top_k, moe_intermediate_size));
+      return bad(fmt::format("bad MoE geometry: {} experts, top-k {}, width {}", num_experts, top_k,
+                             moe_intermediate_size));
   }
   if (!(embed_scale > 0)) return bad("embed_scale must be positive");
   if (activation != "gelu_pytorch_tanh")
     return Status(ErrorCode::kUnsupported, "activation '" + activation + "' is not supported");
-  if (!tie_word_embeddings) return Status(ErrorCode::kUnsupported, "untied output embeddings are not supported");
+  if (!tie_word_embeddings)
+    return Status(ErrorCode::kUnsupported, "untied output embeddings are not supported");
   if (max_position_embeddings <= 0) return bad("max_position_embeddings must be positive");
   if (bos_token_id < 0 || bos_token_id >= vocab_size) return bad("bos_token_id out of range");
   for (int e : eos_token_ids)
@@ -164,14 +178,17 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
                                       const std::string& what) {
   if (!root.is_object()) return Error(ErrorCode::kCorrupt, "{}: not a JSON object", what);
   // Gemma4Config nests the text model; Gemma4TextConfig is flat.
-  const Json& j = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
+  const Json& j =
+      root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
   std::string model_type = j.value("model_type", root.value("model_type", std::string()));
   if (model_type != "gemma4_text" && model_type != "gemma4")
     return Error(ErrorCode::kUnsupported, "{}: model_type '{}' is not Gemma 4", what, model_type);
   if (j.value("hidden_size_per_layer_input", 0) != 0)
-    return Error(ErrorCode::kUnsupported, "{}: per-layer embeddings (hidden_size_per_layer_input) are not supported", what);
+    return Error(ErrorCode::kUnsupported,
+                 "{}: per-layer embeddings (hidden_size_per_layer_input) are not supported", what);
   if (j.value("num_kv_shared_layers", 0) != 0)
-    return Error(ErrorCode::kUnsupported, "{}: KV sharing (num_kv_shared_layers) is not supported", what);
+    return Error(ErrorCode::kUnsupported, "{}: KV sharing (num_kv_shared_layers) is not supported",
+                 what);
 
   ModelConfig c;
   auto req = [&](const char* key, int* out) -> Status {
@@ -198,10 +215,16 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
   RW_RETURN_IF_ERROR(Optional(j, "tie_word_embeddings", &c.tie_word_embeddings, what));
   RW_RETURN_IF_ERROR(Optional(j, "bos_token_id", &c.bos_token_id, what));
   RW_RETURN_IF_ERROR(Optional(j, "pad_token_id", &c.pad_token_id, what));
-  const Json* eos = j.contains("eos_token_id") ? &j["eos_token_id"] : (root.contains("eos_token_id") ? &root["eos_token_id"] : nullptr);
-  if (eos != nullptr && eos->is_number_integer()) c.eos_token_ids = {eos->get<int>()};
-  else if (eos != nullptr && eos->is_array()) RW_RETURN_IF_ERROR(Optional(j.contains("eos_token_id") ? j : root, "eos_token_id", &c.eos_token_ids, what));
-  else c.eos_token_ids = {1};
+  const Json* eos = j.contains("eos_token_id")
+                        ? &j["eos_token_id"]
+                        : (root.contains("eos_token_id") ? &root["eos_token_id"] : nullptr);
+  if (eos != nullptr && eos->is_number_integer())
+    c.eos_token_ids = {eos->get<int>()};
+  else if (eos != nullptr && eos->is_array())
+    RW_RETURN_IF_ERROR(
+        Optional(j.contains("eos_token_id") ? j : root, "eos_token_id", &c.eos_token_ids, what));
+  else
+    c.eos_token_ids = {1};
 
   c.enable_moe = j.value("enable_moe_block", false);
   if (c.enable_moe) {
@@ -213,9 +236,12 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
   // Layer pattern: explicit, or the class default (every 6th layer full), last layer forced full.
   if (j.contains("layer_types") && j["layer_types"].is_array()) {
     for (const Json& t : j["layer_types"]) {
-      if (t == "full_attention") c.layer_types.push_back(LayerKind::kFull);
-      else if (t == "sliding_attention") c.layer_types.push_back(LayerKind::kSliding);
-      else return Error(ErrorCode::kUnsupported, "{}: unknown layer type {}", what, t.dump());
+      if (t == "full_attention")
+        c.layer_types.push_back(LayerKind::kFull);
+      else if (t == "sliding_attention")
+        c.layer_types.push_back(LayerKind::kSliding);
+      else
+        return Error(ErrorCode::kUnsupported, "{}: unknown layer type {}", what, t.dump());
     }
   } else {
     for (int i = 0; i < c.num_layers; ++i)
@@ -231,7 +257,8 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
   c.full.head_dim = 512;
   c.full.num_kv_heads = kv_heads;
   RW_RETURN_IF_ERROR(Optional(j, "global_head_dim", &c.full.head_dim, what));
-  if (k_eq_v) RW_RETURN_IF_ERROR(Optional(j, "num_global_key_value_heads", &c.full.num_kv_heads, what));
+  if (k_eq_v)
+    RW_RETURN_IF_ERROR(Optional(j, "num_global_key_value_heads", &c.full.num_kv_heads, what));
   if (j.contains("per_layer_config") && j["per_layer_config"].is_object()) {
     bool seen = false;
     for (auto it = j["per_layer_config"].begin(); it != j["per_layer_config"].end(); ++it) {
@@ -241,9 +268,11 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
       } catch (...) {
       }
       if (layer < 0 || layer >= c.num_layers)
-        return Error(ErrorCode::kCorrupt, "{}: per_layer_config key '{}' is not a layer index", what, it.key());
+        return Error(ErrorCode::kCorrupt, "{}: per_layer_config key '{}' is not a layer index",
+                     what, it.key());
       if (c.layer_types[layer] != LayerKind::kFull)
-        return Error(ErrorCode::kUnsupported, "{}: per_layer_config overrides sliding layer {}", what, layer);
+        return Error(ErrorCode::kUnsupported, "{}: per_layer_config overrides sliding layer {}",
+                     what, layer);
       int hd = c.full.head_dim, kv = c.full.num_kv_heads;
       RW_RETURN_IF_ERROR(Optional(it.value(), "head_dim", &hd, what));
       RW_RETURN_IF_ERROR(Optional(it.value(), "num_key_value_heads", &kv, what));
@@ -273,7 +302,9 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
       RW_RETURN_IF_ERROR(Optional(p, "partial_rotary_factor", &g->partial_rotary_factor, what));
       double factor = 1.0;
       RW_RETURN_IF_ERROR(Optional(p, "factor", &factor, what));
-      if (factor != 1.0) return Error(ErrorCode::kUnsupported, "{}: RoPE scaling factor {} is not supported", what, factor);
+      if (factor != 1.0)
+        return Error(ErrorCode::kUnsupported, "{}: RoPE scaling factor {} is not supported", what,
+                     factor);
       return Status::Ok();
     };
     RW_RETURN_IF_ERROR(read("sliding_attention", &c.sliding));

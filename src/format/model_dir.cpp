@@ -34,10 +34,12 @@ Json Manifest::ToJson() const {
 Result<Manifest> Manifest::FromJson(const Json& j, const std::string& what) {
   Manifest m;
   RW_ASSIGN_OR_RETURN(std::string format, JsonString(j, "format", what));
-  if (format != "redwing-model") return Error(ErrorCode::kCorrupt, "{}: not a redwing manifest (format '{}')", what, format);
+  if (format != "redwing-model")
+    return Error(ErrorCode::kCorrupt, "{}: not a redwing manifest (format '{}')", what, format);
   RW_ASSIGN_OR_RETURN(int64_t version, JsonInt(j, "format_version", what));
   if (version != kFormatVersion)
-    return Error(ErrorCode::kUnsupported, "{}: format version {} (this build reads {})", what, version, kFormatVersion);
+    return Error(ErrorCode::kUnsupported, "{}: format version {} (this build reads {})", what,
+                 version, kFormatVersion);
   m.format_version = static_cast<int>(version);
   m.created_by = j.value("created_by", "");
   if (!j.contains("config")) return Error(ErrorCode::kCorrupt, "{}: field 'config' missing", what);
@@ -46,21 +48,25 @@ Result<Manifest> Manifest::FromJson(const Json& j, const std::string& what) {
   m.skipped = j.value("skipped", Json::array());
   m.quantization = j.value("quantization", Json::object());
   m.has_experts = j.contains("experts") && j["experts"].is_string();
-  if (!j.contains("files") || !j["files"].is_object()) return Error(ErrorCode::kCorrupt, "{}: field 'files' missing", what);
+  if (!j.contains("files") || !j["files"].is_object())
+    return Error(ErrorCode::kCorrupt, "{}: field 'files' missing", what);
   for (auto it = j["files"].begin(); it != j["files"].end(); ++it) {
     const std::string& name = it.key();
     if (name.empty() || name[0] == '/' || name.find("..") != std::string::npos)
-      return Error(ErrorCode::kCorrupt, "{}: file name '{}' leaves the model directory", what, name);
+      return Error(ErrorCode::kCorrupt, "{}: file name '{}' leaves the model directory", what,
+                   name);
     FileEntry f;
     auto size = it->find("size");
     if (size == it->end() || !size->is_number_unsigned())
       return Error(ErrorCode::kCorrupt, "{}: file '{}' has no size", what, name);
     f.size = size->get<uint64_t>();
     RW_ASSIGN_OR_RETURN(f.sha256, JsonString(*it, "sha256", what + ": file '" + name + "'"));
-    if (f.sha256.size() != 64) return Error(ErrorCode::kCorrupt, "{}: file '{}' has a malformed sha256", what, name);
+    if (f.sha256.size() != 64)
+      return Error(ErrorCode::kCorrupt, "{}: file '{}' has a malformed sha256", what, name);
     m.files[name] = f;
   }
-  if (!m.files.count(kCoreName)) return Error(ErrorCode::kCorrupt, "{}: core.bin is not listed", what);
+  if (!m.files.count(kCoreName))
+    return Error(ErrorCode::kCorrupt, "{}: core.bin is not listed", what);
   if (m.has_experts && !m.files.count(kExpertIndexName))
     return Error(ErrorCode::kCorrupt, "{}: {} is not listed", what, kExpertIndexName);
   return m;
@@ -87,11 +93,13 @@ ModelDirWriter::~ModelDirWriter() {
   if (!committed_ && !staging_.empty()) (void)RemoveAll(staging_);
 }
 
-Status ModelDirWriter::Commit(Manifest manifest, const std::function<void(const std::string&)>& progress) {
+Status ModelDirWriter::Commit(Manifest manifest,
+                              const std::function<void(const std::string&)>& progress) {
   namespace fs = std::filesystem;
   manifest.files.clear();
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(staging_, ec); it != fs::recursive_directory_iterator(); ++it) {
+  for (auto it = fs::recursive_directory_iterator(staging_, ec);
+       it != fs::recursive_directory_iterator(); ++it) {
     if (!it->is_regular_file()) continue;
     std::string rel = fs::relative(it->path(), staging_).string();
     if (rel == kManifestName) continue;
@@ -119,7 +127,8 @@ Status ModelDirWriter::Commit(Manifest manifest, const std::function<void(const 
     RW_ASSIGN_OR_RETURN(Json ij, ParseJson(text, kExpertIndexName));
     RW_ASSIGN_OR_RETURN(ExpertIndex idx, ExpertIndex::FromJson(ij, kExpertIndexName));
     for (int l = 0; l < idx.num_layers; ++l)
-      for (const TensorDesc* t : {&idx.layers[l].layout.gate, &idx.layers[l].layout.up, &idx.layers[l].layout.down})
+      for (const TensorDesc* t :
+           {&idx.layers[l].layout.gate, &idx.layers[l].layout.up, &idx.layers[l].layout.down})
         tensors[fmt::format("layers.{}.experts.{}", l, t->name)] = describe(*t);
   }
   manifest.quantization["tensors"] = tensors;
@@ -128,9 +137,11 @@ Status ModelDirWriter::Commit(Manifest manifest, const std::function<void(const 
   RW_RETURN_IF_ERROR(SyncDirectory(staging_));
   std::string old;
   if (PathExists(out_)) {
-    if (!overwrite_) return Error(ErrorCode::kAlreadyExists, "{} appeared while writing; not replacing it", out_);
+    if (!overwrite_)
+      return Error(ErrorCode::kAlreadyExists, "{} appeared while writing; not replacing it", out_);
     old = fmt::format("{}.old-{}", out_, ::getpid());
-    if (::rename(out_.c_str(), old.c_str()) != 0) return Error(ErrorCode::kIo, "cannot move {} aside", out_);
+    if (::rename(out_.c_str(), old.c_str()) != 0)
+      return Error(ErrorCode::kIo, "cannot move {} aside", out_);
   }
   if (::rename(staging_.c_str(), out_.c_str()) != 0) {
     if (!old.empty()) (void)::rename(old.c_str(), out_.c_str());
@@ -151,7 +162,9 @@ Result<ModelDir> ModelDir::Open(const std::string& dir) {
   std::string mpath = JoinPath(dir, kManifestName);
   if (!PathExists(mpath)) {
     if (PathExists(dir + ".partial") || PathExists(JoinPath(dir, "experts")))
-      return Error(ErrorCode::kCorrupt, "{}: no manifest.json: the directory is incomplete (an interrupted write?)", dir);
+      return Error(ErrorCode::kCorrupt,
+                   "{}: no manifest.json: the directory is incomplete (an interrupted write?)",
+                   dir);
     return Error(ErrorCode::kNotFound, "{}: no manifest.json: not a redwing model directory", dir);
   }
   RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath));
@@ -164,7 +177,8 @@ Result<ModelDir> ModelDir::Open(const std::string& dir) {
     uint64_t size = std::filesystem::file_size(p, ec);
     if (ec) return Error(ErrorCode::kCorrupt, "{}: listed file {} is missing", dir, name);
     if (size != f.size)
-      return Error(ErrorCode::kCorrupt, "{}: {} has {} bytes, the manifest says {}", dir, name, size, f.size);
+      return Error(ErrorCode::kCorrupt, "{}: {} has {} bytes, the manifest says {}", dir, name,
+                   size, f.size);
   }
   RW_ASSIGN_OR_RETURN(m.core_, CoreFile::Open(JoinPath(dir, kCoreName)));
   if (m.manifest_.has_experts) {
@@ -174,28 +188,33 @@ Result<ModelDir> ModelDir::Open(const std::string& dir) {
     RW_ASSIGN_OR_RETURN(ExpertIndex idx, ExpertIndex::FromJson(ij, ipath));
     const ModelConfig& c = m.manifest_.config;
     if (idx.num_layers != c.num_layers || idx.num_experts != c.num_experts)
-      return Error(ErrorCode::kCorrupt, "{}: expert index has {} layers × {} experts, config says {} × {}", ipath,
+      return Error(ErrorCode::kCorrupt,
+                   "{}: expert index has {} layers × {} experts, config says {} × {}", ipath,
                    idx.num_layers, idx.num_experts, c.num_layers, c.num_experts);
     for (int l = 0; l < idx.num_layers; ++l) {
       const ExpertLayerInfo& info = idx.layers[l];
       auto f = m.manifest_.files.find(info.file);
-      if (f == m.manifest_.files.end()) return Error(ErrorCode::kCorrupt, "{}: {} is not in the manifest", ipath, info.file);
+      if (f == m.manifest_.files.end())
+        return Error(ErrorCode::kCorrupt, "{}: {} is not in the manifest", ipath, info.file);
       if (f->second.size != info.layout.stride * static_cast<uint64_t>(idx.num_experts))
-        return Error(ErrorCode::kCorrupt, "{}: {} has {} bytes, {} experts × stride {} expected", ipath, info.file,
-                     f->second.size, idx.num_experts, info.layout.stride);
+        return Error(ErrorCode::kCorrupt, "{}: {} has {} bytes, {} experts × stride {} expected",
+                     ipath, info.file, f->second.size, idx.num_experts, info.layout.stride);
       const TensorDesc& g = info.layout.gate;
       if (g.shape[0] != c.moe_intermediate_size || g.shape[1] != c.hidden_size)
-        return Error(ErrorCode::kCorrupt, "{}: layer {} expert shape [{}, {}] does not match the config", ipath, l,
+        return Error(ErrorCode::kCorrupt,
+                     "{}: layer {} expert shape [{}, {}] does not match the config", ipath, l,
                      g.shape[0], g.shape[1]);
     }
     m.experts_ = std::move(idx);
   } else if (m.manifest_.config.enable_moe) {
-    return Error(ErrorCode::kCorrupt, "{}: the config enables MoE but there is no expert index", mpath);
+    return Error(ErrorCode::kCorrupt, "{}: the config enables MoE but there is no expert index",
+                 mpath);
   }
   return m;
 }
 
-Result<VerifyReport> VerifyModelDir(const std::string& dir, const std::function<void(const std::string&)>& progress) {
+Result<VerifyReport> VerifyModelDir(const std::string& dir,
+                                    const std::function<void(const std::string&)>& progress) {
   VerifyReport report;
   std::string mpath = JoinPath(dir, kManifestName);
   RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath));
@@ -212,8 +231,10 @@ Result<VerifyReport> VerifyModelDir(const std::string& dir, const std::function<
     std::error_code ec;
     uint64_t size = std::filesystem::file_size(p, ec);
     report.bytes_checked += size;
-    if (size != f.size) report.problems.push_back(fmt::format("{}: {} bytes, expected {}", name, size, f.size));
-    else if (*sha != f.sha256) report.problems.push_back(fmt::format("{}: SHA-256 mismatch", name));
+    if (size != f.size)
+      report.problems.push_back(fmt::format("{}: {} bytes, expected {}", name, size, f.size));
+    else if (*sha != f.sha256)
+      report.problems.push_back(fmt::format("{}: SHA-256 mismatch", name));
   }
   // Name the damaged expert blobs too, so a user knows what a bad read would hit.
   if (m.has_experts) {
@@ -232,7 +253,8 @@ Result<VerifyReport> VerifyModelDir(const std::string& dir, const std::function<
       if (!f.ok()) continue;  // already reported
       buf.resize(l.layout.stride);
       for (int e = 0; e < idx->num_experts; ++e) {
-        Status st = f->PreadExact(buf.data(), buf.size(), l.layout.stride * static_cast<uint64_t>(e));
+        Status st =
+            f->PreadExact(buf.data(), buf.size(), l.layout.stride * static_cast<uint64_t>(e));
         if (!st.ok()) {
           report.problems.push_back(fmt::format("{}: expert {}: {}", l.file, e, st.message()));
           break;

@@ -32,9 +32,10 @@ struct Manifest {
   int format_version = kFormatVersion;
   std::string created_by;
   ModelConfig config;
-  Json source = Json::object();   // {kind: hf|mlx|synthetic, repo_id, revision, path, ...}
-  Json skipped = Json::array();   // [{prefix, tensors, reason}]
-  Json quantization = Json::object();  // {default: {...}, tensors: {name: {type, bits, group_size}}}
+  Json source = Json::object();  // {kind: hf|mlx|synthetic, repo_id, revision, path, ...}
+  Json skipped = Json::array();  // [{prefix, tensors, reason}]
+  Json quantization =
+      Json::object();  // {default: {...}, tensors: {name: {type, bits, group_size}}}
   bool has_experts = false;
   std::map<std::string, FileEntry> files;  // every file but manifest.json
 

@@ -6,9 +6,12 @@ namespace rw {
 
 const char* TensorTypeName(TensorType t) {
   switch (t) {
-    case TensorType::kF32: return "f32";
-    case TensorType::kBf16: return "bf16";
-    case TensorType::kAffine: return "affine";
+    case TensorType::kF32:
+      return "f32";
+    case TensorType::kBf16:
+      return "bf16";
+    case TensorType::kAffine:
+      return "affine";
   }
   return "?";
 }
@@ -28,9 +31,12 @@ int64_t TensorDesc::numel() const {
 
 uint64_t TensorDesc::ExpectedDataBytes() const {
   switch (type) {
-    case TensorType::kF32: return static_cast<uint64_t>(numel()) * 4;
-    case TensorType::kBf16: return static_cast<uint64_t>(numel()) * 2;
-    case TensorType::kAffine: return static_cast<uint64_t>(numel()) * bits / 8;
+    case TensorType::kF32:
+      return static_cast<uint64_t>(numel()) * 4;
+    case TensorType::kBf16:
+      return static_cast<uint64_t>(numel()) * 2;
+    case TensorType::kAffine:
+      return static_cast<uint64_t>(numel()) * bits / 8;
   }
   return 0;
 }
@@ -41,7 +47,9 @@ uint64_t TensorDesc::ExpectedScaleBytes() const {
 }
 
 namespace {
-Json RangeJson(const ByteRange& r) { return Json{{"offset", r.offset}, {"size", r.size}}; }
+Json RangeJson(const ByteRange& r) {
+  return Json{{"offset", r.offset}, {"size", r.size}};
+}
 
 Result<ByteRange> RangeFromJson(const Json& j, const char* key, const std::string& what) {
   if (!j.contains(key) || !j[key].is_object())
@@ -49,14 +57,16 @@ Result<ByteRange> RangeFromJson(const Json& j, const char* key, const std::strin
   const Json& r = j[key];
   auto off = r.find("offset");
   auto size = r.find("size");
-  if (off == r.end() || size == r.end() || !off->is_number_unsigned() || !size->is_number_unsigned())
+  if (off == r.end() || size == r.end() || !off->is_number_unsigned() ||
+      !size->is_number_unsigned())
     return Error(ErrorCode::kCorrupt, "{}: '{}' needs unsigned offset and size", what, key);
   return ByteRange{off->get<uint64_t>(), size->get<uint64_t>()};
 }
 }  // namespace
 
 Json TensorDesc::ToJson() const {
-  Json j{{"name", name}, {"type", TensorTypeName(type)}, {"shape", shape}, {"data", RangeJson(data)}};
+  Json j{
+      {"name", name}, {"type", TensorTypeName(type)}, {"shape", shape}, {"data", RangeJson(data)}};
   if (type == TensorType::kAffine) {
     j["bits"] = bits;
     j["group_size"] = group_size;
@@ -82,7 +92,8 @@ Result<TensorDesc> TensorDesc::FromJson(const Json& j, const std::string& what) 
   // Guard the product against overflow before anything multiplies it.
   long double prod = 1;
   for (int64_t d : t.shape) prod *= static_cast<long double>(d);
-  if (prod > static_cast<long double>(1ll << 50)) return Error(ErrorCode::kCorrupt, "{}: shape too large", w);
+  if (prod > static_cast<long double>(1ll << 50))
+    return Error(ErrorCode::kCorrupt, "{}: shape too large", w);
   RW_ASSIGN_OR_RETURN(t.data, RangeFromJson(j, "data", w));
   if (t.type == TensorType::kAffine) {
     RW_ASSIGN_OR_RETURN(int64_t bits, JsonInt(j, "bits", w));
@@ -98,25 +109,31 @@ Result<TensorDesc> TensorDesc::FromJson(const Json& j, const std::string& what) 
 Status TensorDesc::Validate(uint64_t limit, const std::string& what) const {
   std::string w = what + " tensor '" + name + "'";
   if (type == TensorType::kAffine) {
-    if (bits != 4 && bits != 8) return Error(ErrorCode::kUnsupported, "{}: {}-bit affine is not supported", w, bits);
+    if (bits != 4 && bits != 8)
+      return Error(ErrorCode::kUnsupported, "{}: {}-bit affine is not supported", w, bits);
     if (group_size != 32 && group_size != 64 && group_size != 128)
       return Error(ErrorCode::kUnsupported, "{}: group size {} is not supported", w, group_size);
     if (cols() % group_size != 0)
-      return Error(ErrorCode::kCorrupt, "{}: {} columns are not a multiple of group size {}", w, cols(), group_size);
+      return Error(ErrorCode::kCorrupt, "{}: {} columns are not a multiple of group size {}", w,
+                   cols(), group_size);
   }
   if (data.size != ExpectedDataBytes())
-    return Error(ErrorCode::kCorrupt, "{}: data holds {} bytes, shape and type need {}", w, data.size, ExpectedDataBytes());
+    return Error(ErrorCode::kCorrupt, "{}: data holds {} bytes, shape and type need {}", w,
+                 data.size, ExpectedDataBytes());
   std::vector<ByteRange> parts = {data};
   if (type == TensorType::kAffine) {
     if (scales.size != ExpectedScaleBytes() || biases.size != ExpectedScaleBytes())
-      return Error(ErrorCode::kCorrupt, "{}: scales/biases hold {}/{} bytes, need {}", w, scales.size, biases.size, ExpectedScaleBytes());
+      return Error(ErrorCode::kCorrupt, "{}: scales/biases hold {}/{} bytes, need {}", w,
+                   scales.size, biases.size, ExpectedScaleBytes());
     parts.push_back(scales);
     parts.push_back(biases);
   }
   for (const ByteRange& r : parts) {
     if (r.offset > limit || r.size > limit - r.offset)
-      return Error(ErrorCode::kCorrupt, "{}: bytes [{}, +{}) lie outside the {} bytes available", w, r.offset, r.size, limit);
-    if (r.offset % 4 != 0) return Error(ErrorCode::kCorrupt, "{}: offset {} is not 4-byte aligned", w, r.offset);
+      return Error(ErrorCode::kCorrupt, "{}: bytes [{}, +{}) lie outside the {} bytes available", w,
+                   r.offset, r.size, limit);
+    if (r.offset % 4 != 0)
+      return Error(ErrorCode::kCorrupt, "{}: offset {} is not 4-byte aligned", w, r.offset);
   }
   return Status::Ok();
 }

@@ -9,12 +9,17 @@ namespace rw {
 
 Status SamplingParams::Validate() const {
   if (!(temperature >= 0.0f) || !std::isfinite(temperature))
-    return Error(ErrorCode::kInvalidArgument, "temperature must be a number >= 0, got {}", temperature);
-  if (top_k < 0) return Error(ErrorCode::kInvalidArgument, "top_k must be >= 0 (0 = off), got {}", top_k);
-  if (!(top_p > 0.0f && top_p <= 1.0f)) return Error(ErrorCode::kInvalidArgument, "top_p must be in (0, 1], got {}", top_p);
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) return Error(ErrorCode::kInvalidArgument, "min_p must be in [0, 1], got {}", min_p);
+    return Error(ErrorCode::kInvalidArgument, "temperature must be a number >= 0, got {}",
+                 temperature);
+  if (top_k < 0)
+    return Error(ErrorCode::kInvalidArgument, "top_k must be >= 0 (0 = off), got {}", top_k);
+  if (!(top_p > 0.0f && top_p <= 1.0f))
+    return Error(ErrorCode::kInvalidArgument, "top_p must be in (0, 1], got {}", top_p);
+  if (!(min_p >= 0.0f && min_p <= 1.0f))
+    return Error(ErrorCode::kInvalidArgument, "min_p must be in [0, 1], got {}", min_p);
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
-    return Error(ErrorCode::kInvalidArgument, "repetition_penalty must be > 0, got {}", repetition_penalty);
+    return Error(ErrorCode::kInvalidArgument, "repetition_penalty must be > 0, got {}",
+                 repetition_penalty);
   return Status::Ok();
 }
 
@@ -61,14 +66,18 @@ std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logit
     c.push_back({i, scratch_[i] / t, 0.0});
   }
   // Descending logit; ties by ascending id so the order is fully determined.
-  auto by_logit = [](const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
+  auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  };
   if (p_.top_k > 0 && p_.top_k < static_cast<int>(c.size())) {
     std::partial_sort(c.begin(), c.begin() + p_.top_k, c.end(), by_logit);
     // Keep ties with the k-th value, as transformers' TopK keeps every logit >= the k-th.
     double kth = c[p_.top_k - 1].logit;
     size_t keep = p_.top_k;
     while (keep < c.size()) {
-      auto it = std::max_element(c.begin() + keep, c.end(), [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
+      auto it = std::max_element(
+          c.begin() + keep, c.end(),
+          [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
       if (it->logit < kth) break;
       std::swap(c[keep], *it);
       ++keep;
@@ -103,7 +112,8 @@ std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logit
   return c;
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, int64_t position, std::span<const int32_t> context) {
+int32_t Sampler::Sample(std::span<const float> logits, int64_t position,
+                        std::span<const int32_t> context) {
   if (p_.greedy() && p_.repetition_penalty == 1.0f) {
     int32_t best = 0;
     for (int32_t i = 1; i < static_cast<int32_t>(logits.size()); ++i)

@@ -12,10 +12,10 @@
 namespace rw {
 
 struct SamplingParams {
-  float temperature = 0.2f;  // 0 = greedy
-  int top_k = 64;            // 0 = off
-  float top_p = 0.95f;       // 1 = off
-  float min_p = 0.0f;        // 0 = off
+  float temperature = 0.2f;         // 0 = greedy
+  int top_k = 64;                   // 0 = off
+  float top_p = 0.95f;              // 1 = off
+  float min_p = 0.0f;               // 0 = off
   float repetition_penalty = 1.0f;  // 1 = off; applied to every id seen in the context
   uint64_t seed = 0;
 
@@ -46,7 +46,8 @@ class Sampler {
     double logit;  // penalized, divided by temperature
     double prob;   // renormalized over the allowed set
   };
-  std::vector<Candidate> Candidates(std::span<const float> logits, std::span<const int32_t> context);
+  std::vector<Candidate> Candidates(std::span<const float> logits,
+                                    std::span<const int32_t> context);
 
  private:
   SamplingParams p_;

@@ -30,7 +30,8 @@ TEST(F16, Converts) {
 }
 
 TEST(Hash, KnownVectors) {
-  EXPECT_EQ(Sha256Hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(Hex64(0x1234), "0000000000001234");
   auto v = ParseHex64("00000000000000ff");
   ASSERT_TRUE(v.ok());

@@ -83,7 +83,8 @@ std::vector<uint8_t> WriteTinyModel(const std::string& dir, bool commit = true) 
   idx.num_layers = c.num_layers;
   idx.num_experts = c.num_experts;
   for (int l = 0; l < c.num_layers; ++l) {
-    ExpertLayout layout = ExpertLayout::Make(Affine("gate", 64, 64, 4), Affine("up", 64, 64, 4), Affine("down", 64, 64, 4));
+    ExpertLayout layout = ExpertLayout::Make(Affine("gate", 64, 64, 4), Affine("up", 64, 64, 4),
+                                             Affine("down", 64, 64, 4));
     auto lw = ExpertLayerWriter::Create(w->Path(ExpertLayerFileName(l)), layout, c.num_experts);
     EXPECT_TRUE(lw.ok());
     for (int e = 0; e < c.num_experts; ++e) {
@@ -225,7 +226,8 @@ TEST(Format, HostileCoreDirectory) {
   auto q = RandomBytes(t.ExpectedDataBytes(), 5);
   auto s = RandomBytes(t.ExpectedScaleBytes(), 6);
   ASSERT_TRUE(w->Add(t, q.data(), s.data(), s.data()).ok());
-  EXPECT_EQ(w->Add(t, q.data(), s.data(), s.data()).code(), ErrorCode::kInvalidArgument);  // duplicate
+  EXPECT_EQ(w->Add(t, q.data(), s.data(), s.data()).code(),
+            ErrorCode::kInvalidArgument);  // duplicate
   ASSERT_TRUE(w->Finish().ok());
   ASSERT_TRUE(CoreFile::Open(path).ok());
   // An unfinished file (header page still zero) is refused.
@@ -284,11 +286,23 @@ TEST(Format, StreamedCoreTensorEqualsWholeWrite) {
 TEST(Format, HfConfigSpellings) {
   Json base = {{"model_type", "gemma4"},
                {"text_config",
-                {{"model_type", "gemma4_text"}, {"vocab_size", 512}, {"hidden_size", 64}, {"num_hidden_layers", 6},
-                 {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 48},
-                 {"sliding_window", 8}, {"attention_k_eq_v", true}, {"enable_moe_block", true}, {"num_experts", 8},
-                 {"top_k_experts", 2}, {"moe_intermediate_size", 16}, {"hidden_size_per_layer_input", 0},
-                 {"final_logit_softcapping", 30.0}, {"max_position_embeddings", 4096}}}};
+                {{"model_type", "gemma4_text"},
+                 {"vocab_size", 512},
+                 {"hidden_size", 64},
+                 {"num_hidden_layers", 6},
+                 {"num_attention_heads", 4},
+                 {"num_key_value_heads", 2},
+                 {"head_dim", 16},
+                 {"intermediate_size", 48},
+                 {"sliding_window", 8},
+                 {"attention_k_eq_v", true},
+                 {"enable_moe_block", true},
+                 {"num_experts", 8},
+                 {"top_k_experts", 2},
+                 {"moe_intermediate_size", 16},
+                 {"hidden_size_per_layer_input", 0},
+                 {"final_logit_softcapping", 30.0},
+                 {"max_position_embeddings", 4096}}}};
   Json a = base;
   a["text_config"]["global_head_dim"] = 32;
   a["text_config"]["num_global_key_value_heads"] = 1;

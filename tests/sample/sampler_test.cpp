@@ -10,7 +10,9 @@
 namespace rw {
 namespace {
 
-std::vector<float> Logits(std::initializer_list<float> v) { return std::vector<float>(v); }
+std::vector<float> Logits(std::initializer_list<float> v) {
+  return std::vector<float>(v);
+}
 
 // Pearson chi-square of observed counts against expected probabilities.
 double ChiSquare(const std::vector<int>& counts, const std::vector<double>& probs, int n) {
@@ -80,7 +82,8 @@ TEST(Sampler, TopKKeepsTies) {
 
 TEST(Sampler, RepetitionPenaltyAsTransformers) {
   auto l = Logits({2.0f, -2.0f, 1.0f});
-  Sampler s(SamplingParams{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .repetition_penalty = 2.0f});
+  Sampler s(
+      SamplingParams{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .repetition_penalty = 2.0f});
   std::vector<int32_t> ctx = {0, 1, 1};
   auto c = s.Candidates(l, ctx);
   std::map<int, double> by_id;
@@ -113,10 +116,12 @@ TEST(Sampler, NoiseDependsOnlyOnSeedPositionToken) {
 }
 
 TEST(Sampler, ValidateNamesField) {
-  EXPECT_NE(SamplingParams{.temperature = -1}.Validate().message().find("temperature"), std::string::npos);
+  EXPECT_NE(SamplingParams{.temperature = -1}.Validate().message().find("temperature"),
+            std::string::npos);
   EXPECT_NE(SamplingParams{.top_p = 0}.Validate().message().find("top_p"), std::string::npos);
   EXPECT_NE(SamplingParams{.min_p = 2}.Validate().message().find("min_p"), std::string::npos);
-  EXPECT_NE(SamplingParams{.repetition_penalty = 0}.Validate().message().find("repetition_penalty"), std::string::npos);
+  EXPECT_NE(SamplingParams{.repetition_penalty = 0}.Validate().message().find("repetition_penalty"),
+            std::string::npos);
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
 }
 
