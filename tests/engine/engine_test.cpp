@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+
+#include <unistd.h>
 
 #include "base/file.h"
 #include "engine/engine.h"
@@ -16,8 +19,10 @@ namespace {
 
 std::string TinyModelDir() {
   static std::string dir = [] {
+    // ctest runs every case in its own process, two at a time: each process builds its own copy
+    // (the tiny model takes milliseconds) so no case sees another's half-written directory.
     std::string root = JoinPath(REDWING_BUILD_DIR, "test_tmp/engine");
-    std::string d = JoinPath(root, "tiny");
+    std::string d = JoinPath(root, "tiny." + std::to_string(getpid()));
     EXPECT_TRUE(MakeDirectories(root).ok());
     if (!PathExists(JoinPath(d, "manifest.json"))) {
       SynthOptions o;
@@ -28,6 +33,8 @@ std::string TinyModelDir() {
       Status st = SynthesizeModel(o);
       EXPECT_TRUE(st.ok()) << st.ToString();
     }
+    static const std::string* to_remove = new std::string(d);
+    std::atexit([] { (void)RemoveAll(*to_remove); });
     return d;
   }();
   return dir;
@@ -194,12 +201,14 @@ CmdResult Sh(const std::string& cmd) {
 TEST(CliTest, LogitsWritesRawFloat32Rows) {
   auto engine = Load();
   const int V = engine->config().vocab_size;
-  const std::string out = JoinPath(REDWING_BUILD_DIR, "test_tmp/engine/logits.f32");
+  const std::string out =
+      JoinPath(REDWING_BUILD_DIR, "test_tmp/engine/logits." + std::to_string(getpid()) + ".f32");
   CmdResult r = Sh(std::string(REDWING_BINARY) + " logits --model " + TinyModelDir() +
                    " --ids 2,17,99 --out " + out);
   ASSERT_EQ(r.code, 0) << r.out;
   auto bytes = ReadFileToString(out);
   ASSERT_TRUE(bytes.ok());
+  std::remove(out.c_str());
   ASSERT_EQ(bytes->size(), size_t{3} * V * 4);
   auto s = engine->NewSession();
   auto all = s->Prefill(std::vector<int>{2, 17, 99}, true);
