@@ -1,91 +1,177 @@
-// redwing run --model <dir> --prompt-ids 2,17,99 --max-new N --temperature 0 --print-ids:
-// greedy generation from token ids (text and sampling arrive with the tokenizer).
+// redwing run: one generation from a chat message, a conversation file, raw text or token ids,
+// streamed to stdout, with statistics on stderr.
+#include <unistd.h>
+
 #include <cstdio>
 
-#include "base/timer.h"
+#include "base/file.h"
+#include "base/json.h"
+#include "cli/chat_output.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
-#include "engine/engine.h"
+#include "cli/generation_flags.h"
+#include "engine/conversation.h"
+#include "engine/generate.h"
 
 namespace rw::cli {
 namespace {
 
+std::string JoinIds(const std::vector<int>& ids, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) s += sep;
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+// --messages-file: an OpenAI-style messages array, or an object with "messages" (and "tools").
+Status ReadMessagesFile(const std::string& path, Json* messages, Json* tools) {
+  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  RW_ASSIGN_OR_RETURN(Json j, ParseJson(text, path));
+  if (j.is_object() && j.contains("messages")) {
+    *messages = j["messages"];
+    if (j.contains("tools")) *tools = j["tools"];
+  } else {
+    *messages = j;
+  }
+  if (!messages->is_array() || messages->empty())
+    return Error(ErrorCode::kInvalidArgument,
+                 "{}: expected a non-empty JSON array of messages (or {{\"messages\": [...]}})",
+                 path);
+  return Status::Ok();
+}
+
 int Run(const Args& args) {
-  Flags flags(
-      "run",
-      "redwing run --model <dir> --prompt-ids 2,17,99 --max-new N --temperature 0 --print-ids",
-      "Generates tokens greedily from a prompt of token ids; stops at the model's eos ids.");
-  flags.String("model", "", "model directory (required)");
-  flags.String("prompt-ids", "", "comma-separated prompt token ids (required)");
-  flags.Int("max-new", 64, "maximum number of tokens to generate");
-  flags.Double("temperature", 0.0, "sampling temperature (only 0, greedy, for now)");
-  flags.Bool("print-ids", "print the generated ids, space-separated on one line");
-  flags.Bool("quiet", "no timing statistics on stderr");
-  flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
-  flags.Int("max-context", 8192, "maximum context length");
-  flags.Int("prefill-chunk", 128, "tokens per forward call during prefill");
+  Flags flags("run",
+              "redwing run --model <dir> (--chat-prompt <text> | --messages-file <f.json> | "
+              "--prompt <text> | --prompt-ids 2,17,99) [options]",
+              "Generates an answer and streams it to stdout; statistics go to stderr.\n"
+              "  --chat-prompt: one user message in the model's chat format (with --system)\n"
+              "  --messages-file: an OpenAI-style messages array\n"
+              "  --prompt: raw completion of <bos> + text\n"
+              "  --prompt-ids: raw completion of the given token ids");
+  AddEngineFlags(flags);
+  flags.String("chat-prompt", "", "a user message, sent in the chat format");
+  flags.String("system", "", "system message for --chat-prompt");
+  flags.String("messages-file", "", "JSON file with an OpenAI-style messages array");
+  flags.String("prompt", "", "raw text to continue (a <bos> is put before it)");
+  flags.String("prompt-ids", "", "comma-separated prompt token ids");
+  flags.String("thinking", "off", "let the model think before answering: on or off");
+  AddSamplingFlags(flags);
+  flags.Bool("print-ids", "print the generated ids (space-separated, one line) instead of text");
+  flags.Bool("print-prompt-ids", "print the prompt's ids (a JSON array) on the first line");
+  flags.Bool("quiet", "no statistics or thinking on stderr");
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("run", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);
     return 0;
   }
-  if (flags.GetDouble("temperature") != 0.0)
-    return ReportError("run",
-                       Status(ErrorCode::kInvalidArgument,
-                              "sampling arrives with the tokenizer issue; use --temperature 0"));
-  if (flags.GetString("model").empty())
-    return ReportError("run", Status(ErrorCode::kInvalidArgument, "--model is required"));
-  if (flags.GetString("prompt-ids").empty())
+  int sources = 0;
+  for (const char* f : {"chat-prompt", "messages-file", "prompt", "prompt-ids"})
+    sources += flags.IsSet(f) ? 1 : 0;
+  if (sources != 1)
     return ReportError("run", Status(ErrorCode::kInvalidArgument,
-                                     "empty prompt: --prompt-ids needs at least one token id"));
-  auto ids = ParseIdList(flags.GetString("prompt-ids"), "--prompt-ids");
-  if (!ids.ok()) return ReportError("run", ids.status());
-  const long long max_new = flags.GetInt("max-new");
-  if (max_new < 0 || max_new > (1 << 30))
-    return ReportError("run", Status(ErrorCode::kInvalidArgument, "--max-new must be >= 0"));
-
-  EngineOptions opt;
-  opt.model_dir = flags.GetString("model");
-  opt.threads = static_cast<int>(flags.GetInt("threads"));
-  opt.max_context = flags.GetInt("max-context");
-  opt.prefill_chunk = flags.GetInt("prefill-chunk");
-  auto engine = Engine::Load(opt);
-  if (!engine.ok()) return ReportError("run", engine.status());
-  auto session = (*engine)->NewSession();
-  const std::vector<int>& stop = (*engine)->config().eos_token_ids;
-  auto out = GenerateGreedy(*session, *ids, static_cast<int>(max_new), stop);
-  if (!out.ok()) return ReportError("run", out.status());
-
-  // Until the tokenizer lands ids are the only output, so they print with or without --print-ids.
-  std::string line;
-  for (size_t i = 0; i < out->size(); ++i) {
-    if (i > 0) line += ' ';
-    line += std::to_string((*out)[i]);
+                                     sources == 0 ? "give a prompt: --chat-prompt, "
+                                                    "--messages-file, --prompt or --prompt-ids"
+                                                  : "give only one of --chat-prompt, "
+                                                    "--messages-file, --prompt, --prompt-ids"));
+  const bool chat = flags.IsSet("chat-prompt") || flags.IsSet("messages-file");
+  if (flags.IsSet("system") && !flags.IsSet("chat-prompt"))
+    return ReportError("run", Status(ErrorCode::kInvalidArgument,
+                                     "--system goes with --chat-prompt (put a system message "
+                                     "in the --messages-file instead)"));
+  if (flags.IsSet("thinking") && !chat)
+    return ReportError("run", Status(ErrorCode::kInvalidArgument,
+                                     "--thinking applies to --chat-prompt and --messages-file"));
+  auto thinking = ThinkingFromFlags(flags);
+  if (!thinking.ok()) return ReportError("run", thinking.status());
+  auto gen = GenerateOptionsFromFlags(flags);
+  if (!gen.ok()) return ReportError("run", gen.status());
+  Json messages, tools;
+  if (flags.IsSet("messages-file")) {
+    if (Status st = ReadMessagesFile(flags.GetString("messages-file"), &messages, &tools); !st.ok())
+      return ReportError("run", st);
   }
-  std::printf("%s\n", line.c_str());
-  if (!flags.GetBool("quiet")) {
-    const CallStats& p = session->prefill_total();
-    const CallStats& d = session->decode_total();
-    std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.2f tok/s)\n",
-                 static_cast<long long>(p.tokens), p.seconds,
-                 p.seconds > 0 ? p.tokens / p.seconds : 0.0);
-    if (d.tokens > 0) {
-      const ForwardStats& f = d.parts;
-      const double n = static_cast<double>(d.tokens);
-      std::fprintf(stderr,
-                   "decode:  %lld tokens in %.3f s (%.2f tok/s); per token: attention %.1f ms, "
-                   "dense %.1f ms, "
-                   "router+experts %.1f ms, head %.1f ms\n",
-                   static_cast<long long>(d.tokens), d.seconds, n / d.seconds,
-                   1e3 * f.attention_s / n, 1e3 * f.dense_s / n, 1e3 * f.moe_s / n,
-                   1e3 * f.head_s / n);
-    }
-    std::fprintf(stderr, "peak RSS: %.1f MiB\n", static_cast<double>(PeakRssBytes()) / (1 << 20));
+  std::vector<int> prompt_ids;
+  if (flags.IsSet("prompt-ids")) {
+    if (flags.GetString("prompt-ids").empty())
+      return ReportError("run", Status(ErrorCode::kInvalidArgument,
+                                       "empty prompt: --prompt-ids needs at least one token id"));
+    auto ids = ParseIdList(flags.GetString("prompt-ids"), "--prompt-ids");
+    if (!ids.ok()) return ReportError("run", ids.status());
+    if (ids->empty())
+      return ReportError("run", Status(ErrorCode::kInvalidArgument,
+                                       "empty prompt: --prompt-ids needs at least one token id"));
+    prompt_ids = *ids;
   }
+
+  auto opt = EngineOptionsFromFlags(flags);
+  if (!opt.ok()) return ReportError("run", opt.status());
+  auto engine_or = Engine::Load(*opt);
+  if (!engine_or.ok()) return ReportError("run", engine_or.status());
+  std::shared_ptr<Engine> engine = *engine_or;
+  const Tokenizer* tok = engine->tokenizer();
+  if (tok == nullptr && !flags.IsSet("prompt-ids"))
+    return ReportError("run", engine->text_status());
+  if (tok == nullptr && !gen->stop_strings.empty())
+    return ReportError(
+        "run", Status(ErrorCode::kInvalidArgument,
+                      "--stop needs the model's tokenizer: " + engine->text_status().message()));
+
+  if (flags.IsSet("chat-prompt")) {
+    messages = Json::array();
+    if (flags.IsSet("system"))
+      messages.push_back(Json{{"role", "system"}, {"content", flags.GetString("system")}});
+    messages.push_back(Json{{"role", "user"}, {"content", flags.GetString("chat-prompt")}});
+  }
+  if (chat) {
+    auto ids = EncodeChat(*engine, messages, tools, /*add_generation_prompt=*/true, *thinking);
+    if (!ids.ok()) return ReportError("run", ids.status());
+    prompt_ids = *ids;
+  } else if (flags.IsSet("prompt")) {
+    for (int32_t id : tok->Encode(flags.GetString("prompt"), /*add_bos=*/true))
+      prompt_ids.push_back(id);
+  }
+  gen->stop_ids = engine->stop_ids();
+  if (flags.GetBool("print-prompt-ids")) {
+    std::printf("[%s]\n", JoinIds(prompt_ids, ", ").c_str());
+    std::fflush(stdout);
+  }
+
+  const bool quiet = flags.GetBool("quiet");
+  const bool print_ids = flags.GetBool("print-ids") || tok == nullptr;
+  ChatPrinter printer(quiet);
+  GenerateCallbacks cb;
+  if (!print_ids) {
+    cb.on_text = [&](std::string_view text) {
+      if (chat) {
+        printer.Feed(text);
+      } else {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+      }
+      return true;
+    };
+  }
+  auto session = engine->NewSession();
+  SessionTimeline timeline(*session);
+  auto r = Generate(timeline, tok, prompt_ids, *gen, cb);
+  if (!r.ok()) return ReportError("run", r.status());
+  if (print_ids) {
+    std::vector<int> out = r->ids;
+    if (r->stop_id >= 0) out.push_back(r->stop_id);  // ids mode shows the stop id, as before
+    std::printf("%s\n", JoinIds(out, " ").c_str());
+  } else {
+    if (chat) printer.Finish();
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  if (!quiet) std::fprintf(stderr, "%s\n", StatsLine(*r, *gen).c_str());
   return 0;
 }
 
-REDWING_COMMAND("run", "generate tokens greedily from prompt token ids", Run);
+REDWING_COMMAND("run", "generate text from a chat message, a prompt or token ids", Run);
 
 }  // namespace
 }  // namespace rw::cli

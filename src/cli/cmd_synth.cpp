@@ -28,6 +28,7 @@ int Synth(const Args& args) {
   flags.Double("routing-skew", 0,
                "expert popularity skew: 0 even, 1 moderate, 2 strong (Zipf-like)");
   flags.String("tokenizer", "", "copy tokenizer.json and other side files from this directory");
+  flags.Int("vocab", 0, "vocabulary size instead of the geometry's (0: the geometry's)");
   flags.String("max-shard-size", "5G", "hf/mlx: largest safetensors shard");
   flags.Int("threads", 0, "generation threads (0: REDWING_THREADS or all cores)");
   flags.Bool("force", "replace an existing output directory");
@@ -63,6 +64,7 @@ int Synth(const Args& args) {
   o.overwrite = flags.GetBool("force");
   o.tokenizer_dir = flags.GetString("tokenizer");
   o.max_shard_bytes = *shard;
+  o.vocab_size = flags.GetInt("vocab");
   o.threads = static_cast<int>(flags.GetInt("threads"));
   const bool quiet = flags.GetBool("quiet");
 

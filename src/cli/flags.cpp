@@ -18,11 +18,16 @@ void Flags::Int(const std::string& name, long long def, const std::string& help)
   order_.push_back(name);
 }
 void Flags::Double(const std::string& name, double def, const std::string& help) {
-  opts_[name] = Opt{Kind::kDouble, fmt::format("{}", def), help, std::nullopt};
+  opts_[name] =
+      Opt{Kind::kDouble, fmt::format("{:g}", static_cast<float>(def)), help, std::nullopt};
   order_.push_back(name);
 }
 void Flags::Bool(const std::string& name, const std::string& help) {
   opts_[name] = Opt{Kind::kBool, "off", help, std::nullopt};
+  order_.push_back(name);
+}
+void Flags::StringList(const std::string& name, const std::string& help) {
+  opts_[name] = Opt{Kind::kList, "", help, std::nullopt, {}};
   order_.push_back(name);
 }
 void Flags::Positional(const std::string& name, const std::string& help, bool required) {
@@ -50,7 +55,7 @@ Status Flags::Parse(const std::vector<std::string>& args) {
         return Error(ErrorCode::kInvalidArgument, "{}: unknown option --{} (see redwing {} --help)",
                      command_, name, command_);
       Opt& o = it->second;
-      if (o.value.has_value())
+      if (o.value.has_value() && o.kind != Kind::kList)
         return Error(ErrorCode::kInvalidArgument, "{}: option --{} given twice", command_, name);
       if (o.kind == Kind::kBool) {
         if (has_value && value != "true" && value != "false" && value != "1" && value != "0")
@@ -80,6 +85,7 @@ Status Flags::Parse(const std::vector<std::string>& args) {
                        name, value);
       }
       o.value = value;
+      if (o.kind == Kind::kList) o.list.push_back(value);
       continue;
     }
     if (a.size() > 1 && a[0] == '-' && a != "-")
@@ -106,6 +112,7 @@ std::string Flags::HelpText() const {
   for (const std::string& n : order_) {
     const Opt& o = opts_.at(n);
     std::string left = "--" + n + (o.kind == Kind::kBool ? "" : " <v>");
+    if (o.kind == Kind::kList) left += " ...";
     std::string def = o.def.empty() ? "" : fmt::format(" (default: {})", o.def);
     s += fmt::format("  {:<24} {}{}\n", left, o.help, def);
   }
@@ -125,6 +132,9 @@ double Flags::GetDouble(const std::string& name) const {
 }
 bool Flags::GetBool(const std::string& name) const {
   return GetString(name) == "on";
+}
+const std::vector<std::string>& Flags::GetList(const std::string& name) const {
+  return opts_.at(name).list;
 }
 bool Flags::IsSet(const std::string& name) const {
   return opts_.at(name).value.has_value();

@@ -20,6 +20,8 @@ class Flags {
   void Int(const std::string& name, long long def, const std::string& help);
   void Double(const std::string& name, double def, const std::string& help);
   void Bool(const std::string& name, const std::string& help);  // a switch, default off
+  // An option that may be given several times (e.g. --stop a --stop b); empty by default.
+  void StringList(const std::string& name, const std::string& help);
   // Positional arguments (named for help); required ones must be given.
   void Positional(const std::string& name, const std::string& help, bool required = true);
 
@@ -33,17 +35,19 @@ class Flags {
   long long GetInt(const std::string& name) const;
   double GetDouble(const std::string& name) const;
   bool GetBool(const std::string& name) const;
+  const std::vector<std::string>& GetList(const std::string& name) const;
   bool IsSet(const std::string& name) const;  // given on the command line
   const std::string& positional(size_t i) const { return positional_values_.at(i); }
   size_t positional_count() const { return positional_values_.size(); }
 
  private:
-  enum class Kind { kString, kInt, kDouble, kBool };
+  enum class Kind { kString, kInt, kDouble, kBool, kList };
   struct Opt {
     Kind kind;
     std::string def;
     std::string help;
     std::optional<std::string> value;
+    std::vector<std::string> list;  // kList: every value given, in order
   };
   std::string command_, usage_, summary_;
   std::map<std::string, Opt> opts_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/file.h"
 #include "base/timer.h"
 
 namespace rw {
@@ -26,7 +27,34 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   } else {
     e->pool_ = &ThreadPool::Default();
   }
+  e->stop_ids_ = e->model_->config().eos_token_ids;
+  if (o.load_tokenizer) {
+    e->text_status_ = e->LoadText(o.model_dir);
+  } else {
+    e->text_status_ = Error(ErrorCode::kUnsupported, "the tokenizer was not loaded");
+  }
   return e;
+}
+
+Status Engine::LoadText(const std::string& dir) {
+  const std::string path = JoinPath(dir, "tokenizer.json");
+  if (!PathExists(path))
+    return Error(ErrorCode::kNotFound,
+                 "{} has no tokenizer.json, so it takes token ids only (--prompt-ids); install "
+                 "or convert a checkpoint that carries one",
+                 dir);
+  RW_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(path));
+  // A tokenizer may name a few more ids than the model embeds (Gemma's <image_soft_token>);
+  // Session rejects such ids with a clear error if they ever reach it.
+  RW_ASSIGN_OR_RETURN(chat_template_, ChatTemplate::FromModelDirectory(dir));
+  for (const char* name : {"<turn|>", "<eos>", "<|tool_response>"}) {
+    const int id = tok.TokenToId(name);
+    if (id >= 0 && id < config().vocab_size &&
+        std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end())
+      stop_ids_.push_back(id);
+  }
+  tokenizer_ = std::move(tok);
+  return Status::Ok();
 }
 
 std::unique_ptr<Session> Engine::NewSession() const {

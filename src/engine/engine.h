@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "base/thread_pool.h"
 #include "format/model_config.h"
 #include "runtime/forward.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace rw {
 
@@ -23,6 +26,9 @@ struct EngineOptions {
   int threads = 0;              // 0: ThreadPool::Default() (REDWING_THREADS or all cores)
   int64_t max_context = 8192;   // capped by the model's max_position_embeddings
   int64_t prefill_chunk = 128;  // tokens per forward call during prefill
+  // Load <model_dir>/tokenizer.json and the chat template. Without them only token ids work; a
+  // damaged tokenizer is reported when text is asked for, not at load.
+  bool load_tokenizer = true;
 };
 
 class Session;
@@ -38,12 +44,27 @@ class Engine : public std::enable_shared_from_this<Engine> {
   ThreadPool* pool() const { return pool_; }
   std::unique_ptr<Session> NewSession() const;
 
+  // Text: the tokenizer (null when the model directory has none or it failed to load; then
+  // text_status() says why) and the chat template (the directory's own, else the built-in
+  // Gemma 4 format).
+  const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  const Status& text_status() const { return text_status_; }
+  const ChatTemplate& chat_template() const { return chat_template_; }
+  // Ids that end a turn: the config's eos ids plus <turn|>, <eos> and <|tool_response> (Gemma 4
+  // ends a turn with 106 and starts awaiting a tool result with 50).
+  const std::vector<int>& stop_ids() const { return stop_ids_; }
+
  private:
   Engine() = default;
+  Status LoadText(const std::string& model_dir);
   std::unique_ptr<RuntimeModel> model_;
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   int64_t max_context_ = 0, prefill_chunk_ = 0;
+  std::optional<Tokenizer> tokenizer_;
+  Status text_status_;
+  ChatTemplate chat_template_ = ChatTemplate::Native();
+  std::vector<int> stop_ids_;
 };
 
 // Timing of one Prefill/Decode call (or a sum of them).

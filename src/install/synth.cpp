@@ -315,7 +315,8 @@ Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   if (o.out_dir.empty()) return Error(ErrorCode::kInvalidArgument, "no output directory");
   if (o.format != "model" && o.format != "hf" && o.format != "mlx")
     return Error(ErrorCode::kInvalidArgument, "unknown format '{}' (model, hf or mlx)", o.format);
-  RW_ASSIGN_OR_RETURN(synth::SynthPlan p, synth::MakeSynthPlan(o.geometry, o.seed, o.routing_skew));
+  RW_ASSIGN_OR_RETURN(synth::SynthPlan p,
+                      synth::MakeSynthPlan(o.geometry, o.seed, o.routing_skew, o.vocab_size));
   if (!o.tokenizer_dir.empty() && !PathExists(JoinPath(o.tokenizer_dir, "tokenizer.json")))
     return Error(ErrorCode::kNotFound, "{} has no tokenizer.json", o.tokenizer_dir);
   if (o.format == "model") return synth::WriteSynthModelDir(p, o, progress);

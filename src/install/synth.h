@@ -26,6 +26,9 @@ struct SynthOptions {
   bool overwrite = false;
   // Copies SideFileNames() found in this directory (tokenizer.json, ...) into the output.
   std::string tokenizer_dir;
+  // > 0: this vocabulary size instead of the geometry's (e.g. 262144 to pair a tiny model with
+  // Gemma's tokenizer).
+  int64_t vocab_size = 0;
   // hf/mlx: largest safetensors shard (tensors are never split; a bigger one gets its own shard).
   uint64_t max_shard_bytes = 5'000'000'000ull;
   int threads = 0;  // 0: the default pool

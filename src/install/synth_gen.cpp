@@ -137,12 +137,19 @@ MatrixSpec SynthPlan::Expert(int layer, int expert, int which) const {
   return m;
 }
 
-Result<SynthPlan> MakeSynthPlan(const std::string& geometry, uint64_t seed, double routing_skew) {
+Result<SynthPlan> MakeSynthPlan(const std::string& geometry, uint64_t seed, double routing_skew,
+                                int64_t vocab_size) {
   if (!(routing_skew >= 0) || routing_skew > 100)
     return Error(ErrorCode::kInvalidArgument, "routing skew must be in [0, 100], got {}",
                  routing_skew);
   SynthPlan p;
   RW_ASSIGN_OR_RETURN(p.config, SynthGeometry(geometry));
+  if (vocab_size != 0) {
+    if (vocab_size < 256 || vocab_size > (int64_t{1} << 20))
+      return Error(ErrorCode::kInvalidArgument, "vocabulary size must be in [256, 1048576], got {}",
+                   vocab_size);
+    p.config.vocab_size = static_cast<int>(vocab_size);
+  }
   p.geometry = geometry;
   p.seed = seed;
   p.routing_skew = routing_skew;

@@ -99,7 +99,10 @@ struct SynthPlan {
   MatrixSpec Expert(int layer, int expert, int which) const;
 };
 
-Result<SynthPlan> MakeSynthPlan(const std::string& geometry, uint64_t seed, double routing_skew);
+// vocab_size > 0 replaces the geometry's vocabulary size (to pair a small model with a real
+// tokenizer).
+Result<SynthPlan> MakeSynthPlan(const std::string& geometry, uint64_t seed, double routing_skew,
+                                int64_t vocab_size = 0);
 
 // Per-expert router row gains of one layer for a skew (RMS 1 over experts).
 std::vector<float> RouterRowGains(uint64_t seed, int layer, int num_experts, double skew);

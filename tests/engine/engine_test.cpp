@@ -244,10 +244,12 @@ TEST(CliTest, RunPrintsIdsOnOneLine) {
 TEST(CliTest, BadInputFailsClearly) {
   const std::string base =
       std::string(REDWING_BINARY) + " run --model " + TinyModelDir() + " --max-new 2 ";
-  CmdResult temp = Sh(base + "--prompt-ids 2,3 --temperature 0.7");
-  EXPECT_NE(temp.code, 0);
-  EXPECT_NE(temp.out.find("sampling arrives with the tokenizer issue; use --temperature 0"),
-            std::string::npos);
+  CmdResult temp = Sh(base + "--prompt-ids 2,3 --temperature 0.7 --top-p 0");
+  EXPECT_EQ(temp.code, 2);
+  EXPECT_NE(temp.out.find("top_p must be in (0, 1]"), std::string::npos) << temp.out;
+  CmdResult sampled = Sh(base + "--prompt-ids 2,3 --temperature 0.7 --seed 3 --quiet");
+  EXPECT_EQ(sampled.code, 0) << sampled.out;
+  EXPECT_EQ(sampled.out, Sh(base + "--prompt-ids 2,3 --temperature 0.7 --seed 3 --quiet").out);
   CmdResult oob = Sh(base + "--prompt-ids 2,999999");
   EXPECT_NE(oob.code, 0);
   EXPECT_NE(oob.out.find("vocabulary"), std::string::npos) << oob.out;

@@ -1,0 +1,178 @@
+// redwing chat --model <dir>: an interactive conversation. Every turn reuses the KV cache of the
+// turns before it; /reset, /system <text> and /exit manage it; Ctrl-C stops the current answer.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "cli/chat_output.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/generation_flags.h"
+#include "engine/conversation.h"
+#include "engine/generate.h"
+
+namespace rw::cli {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSigint(int) {
+  g_interrupted.store(true);
+}
+
+// Reads lines from fd 0 with read(2), so Ctrl-C at the prompt interrupts the wait (EINTR)
+// instead of killing the program or being swallowed by stdio.
+class LineReader {
+ public:
+  enum class Got { kLine, kEof, kInterrupted, kError };
+  Got Next(std::string* line) {
+    for (;;) {
+      if (size_t nl = buf_.find('\n'); nl != std::string::npos) {
+        *line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        if (!line->empty() && line->back() == '\r') line->pop_back();
+        return Got::kLine;
+      }
+      char tmp[4096];
+      const ssize_t n = ::read(0, tmp, sizeof tmp);
+      if (n > 0) {
+        buf_.append(tmp, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) {
+        if (buf_.empty()) return Got::kEof;
+        *line = std::move(buf_);
+        buf_.clear();
+        return Got::kLine;
+      }
+      if (errno == EINTR) {
+        if (g_interrupted.exchange(false)) return Got::kInterrupted;
+        continue;
+      }
+      return Got::kError;
+    }
+  }
+
+ private:
+  std::string buf_;
+};
+
+const char kHelp[] =
+    "commands: /reset (forget the conversation), /system <text> (set the system message; "
+    "/system alone clears it), /exit (or Ctrl-D); Ctrl-C stops an answer\n";
+
+int Chat(const Args& args) {
+  Flags flags("chat", "redwing chat --model <dir> [options]",
+              "An interactive chat. Type a message and press Enter; the answer streams back. "
+              "The conversation and its KV cache are kept between turns.\n" +
+                  std::string(kHelp));
+  AddEngineFlags(flags);
+  flags.String("system", "", "system message");
+  flags.String("thinking", "off", "let the model think before answering: on or off");
+  AddSamplingFlags(flags);
+  flags.Bool("quiet", "no statistics or thinking on stderr");
+  if (Status st = flags.Parse(args); !st.ok()) return ReportError("chat", st);
+  if (flags.help_requested()) {
+    std::fputs(flags.HelpText().c_str(), stdout);
+    return 0;
+  }
+  auto thinking = ThinkingFromFlags(flags);
+  if (!thinking.ok()) return ReportError("chat", thinking.status());
+  auto gen = GenerateOptionsFromFlags(flags);
+  if (!gen.ok()) return ReportError("chat", gen.status());
+  auto opt = EngineOptionsFromFlags(flags);
+  if (!opt.ok()) return ReportError("chat", opt.status());
+  auto engine_or = Engine::Load(*opt);
+  if (!engine_or.ok()) return ReportError("chat", engine_or.status());
+  std::shared_ptr<Engine> engine = *engine_or;
+  if (engine->tokenizer() == nullptr) return ReportError("chat", engine->text_status());
+  gen->stop_ids = engine->stop_ids();
+  const bool quiet = flags.GetBool("quiet");
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a Ctrl-C at the prompt must interrupt read(2)
+  sigaction(SIGINT, &sa, nullptr);
+
+  Conversation conv(engine, *thinking);
+  if (flags.IsSet("system")) conv.SetSystem(flags.GetString("system"));
+  auto session = engine->NewSession();
+  SessionTimeline timeline(*session);
+  const bool tty = ::isatty(0) == 1;
+  if (tty && !quiet) std::fputs(kHelp, stderr);
+
+  LineReader reader;
+  for (;;) {
+    if (tty) {  // piped input gets answers only
+      std::fputs("> ", stdout);
+      std::fflush(stdout);
+    }
+    std::string line;
+    const LineReader::Got got = reader.Next(&line);
+    if (got == LineReader::Got::kEof || got == LineReader::Got::kError) {
+      if (tty) std::fputs("\n", stdout);
+      break;
+    }
+    if (got == LineReader::Got::kInterrupted) {
+      std::fputs("\n(Ctrl-C stops an answer; /exit or Ctrl-D quits)\n", stdout);
+      continue;
+    }
+    if (line.empty()) continue;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      conv.Reset();
+      session->Reset();
+      std::fputs("[conversation cleared]\n", stdout);
+      continue;
+    }
+    if (line == "/system" || line.rfind("/system ", 0) == 0) {
+      conv.SetSystem(line.size() > 8 ? line.substr(8) : "");
+      std::fputs(line.size() > 8 ? "[system message set]\n" : "[system message cleared]\n", stdout);
+      continue;
+    }
+    if (line == "/help" || (line[0] == '/' && line.find(' ') == std::string::npos)) {
+      if (line != "/help") std::printf("unknown command %s\n", line.c_str());
+      std::fputs(kHelp, stdout);
+      continue;
+    }
+
+    auto prompt = conv.PromptFor(line);
+    if (!prompt.ok()) {
+      std::fprintf(stderr, "error: %s\n", prompt.status().message().c_str());
+      continue;
+    }
+    g_interrupted.store(false);
+    ChatPrinter printer(quiet);
+    GenerateCallbacks cb;
+    cb.cancel = &g_interrupted;
+    cb.on_text = [&](std::string_view text) {
+      printer.Feed(text);
+      return true;
+    };
+    auto r = Generate(timeline, engine->tokenizer(), *prompt, *gen, cb);
+    if (!r.ok()) {
+      // The conversation is unchanged; the context may be full.
+      std::fprintf(stderr, "error: %s%s\n", r.status().message().c_str(),
+                   r.status().code() == ErrorCode::kOutOfRange ? " (/reset starts over)" : "");
+      continue;
+    }
+    printer.Finish();
+    if (r->finish == FinishReason::kCancelled) std::fputs(" [stopped]", stdout);
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    g_interrupted.store(false);
+    conv.Commit(line, *prompt, *r, printer.content());
+    if (!quiet) std::fprintf(stderr, "[%s]\n", StatsLine(*r, *gen).c_str());
+  }
+  return 0;
+}
+
+REDWING_COMMAND("chat", "chat with the model interactively", Chat);
+
+}  // namespace
+}  // namespace rw::cli

@@ -1,0 +1,105 @@
+#include "cli/generation_flags.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "base/timer.h"
+
+namespace rw::cli {
+
+void AddEngineFlags(Flags& flags) {
+  flags.String("model", "", "model directory (required)");
+  flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
+  flags.Int("max-context", 8192, "maximum context length in tokens");
+  flags.Int("prefill-chunk", 128, "tokens per forward call during prefill");
+}
+
+Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
+  EngineOptions o;
+  o.model_dir = flags.GetString("model");
+  if (o.model_dir.empty()) return Error(ErrorCode::kInvalidArgument, "--model is required");
+  o.threads = static_cast<int>(flags.GetInt("threads"));
+  o.max_context = flags.GetInt("max-context");
+  o.prefill_chunk = flags.GetInt("prefill-chunk");
+  return o;
+}
+
+void AddSamplingFlags(Flags& flags) {
+  const SamplingParams d;
+  flags.Double("temperature", d.temperature, "sampling temperature (0: greedy)");
+  flags.Int("top-k", d.top_k, "keep the k most likely tokens (0: off)");
+  flags.Double("top-p", d.top_p, "keep the smallest set with this much probability (1: off)");
+  flags.Double("min-p", d.min_p, "drop tokens below this fraction of the top probability (0: off)");
+  flags.Double("repetition-penalty", d.repetition_penalty,
+               "divide the logits of tokens already in the context by this (1: off)");
+  flags.Int("seed", -1, "sampling seed (-1: random; the stats line prints the one used)");
+  flags.StringList("stop", "stop when the text contains this string (may be repeated)");
+  flags.Int("max-new", 1024, "maximum number of tokens to generate");
+}
+
+Result<GenerateOptions> GenerateOptionsFromFlags(const Flags& flags) {
+  GenerateOptions o;
+  o.sampling.temperature = static_cast<float>(flags.GetDouble("temperature"));
+  const long long top_k = flags.GetInt("top-k");
+  if (top_k < 0 || top_k > (1 << 30))
+    return Error(ErrorCode::kInvalidArgument, "--top-k must be >= 0, not {}", top_k);
+  o.sampling.top_k = static_cast<int>(top_k);
+  o.sampling.top_p = static_cast<float>(flags.GetDouble("top-p"));
+  o.sampling.min_p = static_cast<float>(flags.GetDouble("min-p"));
+  o.sampling.repetition_penalty = static_cast<float>(flags.GetDouble("repetition-penalty"));
+  const long long seed = flags.GetInt("seed");
+  if (seed < -1) return Error(ErrorCode::kInvalidArgument, "--seed must be >= 0 (or -1: random)");
+  o.sampling.seed = seed >= 0 ? static_cast<uint64_t>(seed) : (std::random_device{}() >> 1);
+  if (Status st = o.sampling.Validate(); !st.ok())
+    return Error(ErrorCode::kInvalidArgument, "bad sampling flag: {}", st.message());
+  o.max_new_tokens = flags.GetInt("max-new");
+  if (o.max_new_tokens < 0)
+    return Error(ErrorCode::kInvalidArgument, "--max-new must be >= 0, not {}", o.max_new_tokens);
+  for (const std::string& s : flags.GetList("stop")) {
+    if (s.empty()) return Error(ErrorCode::kInvalidArgument, "--stop needs a non-empty string");
+    o.stop_strings.push_back(s);
+  }
+  return o;
+}
+
+Result<bool> ThinkingFromFlags(const Flags& flags) {
+  const std::string t = flags.GetString("thinking");
+  if (t == "on") return true;
+  if (t == "off") return false;
+  return Error(ErrorCode::kInvalidArgument, "--thinking must be on or off, not '{}'", t);
+}
+
+std::string StatsLine(const GenerateResult& r, const GenerateOptions& o) {
+  const int64_t fresh = r.prompt_tokens - r.reused_tokens;
+  std::string s = fmt::format("prompt {} tokens ({} new, {} reused from the cache)",
+                              r.prompt_tokens, fresh, r.reused_tokens);
+  if (fresh > 0 && r.prefill_seconds > 0)
+    s += fmt::format(", prefill {:.2f} tok/s", fresh / r.prefill_seconds);
+  if (!r.ids.empty()) s += fmt::format(", first token {:.2f} s", r.first_token_seconds);
+  s += fmt::format("; generated {} tokens", r.ids.size() + (r.stop_id >= 0 ? 1 : 0));
+  if (r.decoded_tokens > 0 && r.decode_seconds > 0)
+    s += fmt::format(", decode {:.2f} tok/s", r.decoded_tokens / r.decode_seconds);
+  s += fmt::format(" ({}); seed {}; peak RSS {:.0f} MiB", FinishReasonName(r.finish),
+                   o.sampling.seed, static_cast<double>(PeakRssBytes()) / (1 << 20));
+  return s;
+}
+
+Result<std::string> ReadAllStdin() {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(0, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Error(ErrorCode::kIo, "reading standard input: {}", std::strerror(errno));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace rw::cli

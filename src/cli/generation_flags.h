@@ -1,0 +1,34 @@
+// Flags shared by the commands that load a model and generate (run, chat): engine options,
+// sampling, and the statistics line they print.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "cli/flags.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "sample/sampler.h"
+
+namespace rw::cli {
+
+// --model, --threads, --max-context, --prefill-chunk.
+void AddEngineFlags(Flags& flags);
+Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags);
+
+// --temperature, --top-k, --top-p, --min-p, --repetition-penalty, --seed, --stop, --max-new.
+void AddSamplingFlags(Flags& flags);
+// The seed is random unless --seed is given (the stats line prints it, so a draw can be
+// repeated).
+Result<GenerateOptions> GenerateOptionsFromFlags(const Flags& flags);
+
+// --thinking on|off.
+Result<bool> ThinkingFromFlags(const Flags& flags);
+
+// One stderr line: prompt/reused tokens, time to first token, prefill and decode rates.
+std::string StatsLine(const GenerateResult& r, const GenerateOptions& o);
+
+// All of standard input.
+Result<std::string> ReadAllStdin();
+
+}  // namespace rw::cli

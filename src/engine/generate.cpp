@@ -1,0 +1,148 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "base/timer.h"
+#include "sample/stop.h"
+
+namespace rw {
+
+Result<std::vector<float>> SessionTimeline::Append(std::span<const int> ids) {
+  return s_.Prefill(ids, /*all_logits=*/false);
+}
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "?";
+}
+
+Result<int64_t> ReusePrefix(TokenTimeline& t, std::span<const int> prompt) {
+  const std::vector<int>& have = t.tokens();
+  const size_t limit = std::min(have.size(), prompt.size());
+  size_t common = 0;
+  while (common < limit && have[common] == prompt[common]) ++common;
+  // The last prompt token always runs: its logits pick the first new token.
+  const int64_t keep = static_cast<int64_t>(std::min(common, prompt.size() - 1));
+  if (keep == static_cast<int64_t>(have.size())) return keep;
+  if (keep > 0 && t.CanRewind(keep)) {
+    RW_RETURN_IF_ERROR(t.Rewind(keep));
+    return keep;
+  }
+  t.Reset();
+  return 0;
+}
+
+namespace {
+
+bool Cancelled(const GenerateCallbacks& cb) {
+  return cb.cancel != nullptr && cb.cancel->load(std::memory_order_relaxed);
+}
+
+}  // namespace
+
+Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
+                                std::span<const int> prompt, const GenerateOptions& o,
+                                const GenerateCallbacks& cb) {
+  RW_RETURN_IF_ERROR(o.sampling.Validate());
+  if (prompt.empty()) return Error(ErrorCode::kInvalidArgument, "empty prompt");
+  if (o.max_new_tokens < 0)
+    return Error(ErrorCode::kInvalidArgument, "max new tokens must be >= 0, not {}",
+                 o.max_new_tokens);
+  if (tokenizer == nullptr && !o.stop_strings.empty())
+    return Error(ErrorCode::kUnsupported, "stop strings need a tokenizer");
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (n >= t.max_context())
+    return Error(ErrorCode::kOutOfRange,
+                 "the prompt has {} tokens but the context holds {} (including at least one "
+                 "generated token); shorten it or raise --max-context",
+                 n, t.max_context());
+
+  GenerateResult r;
+  r.prompt_tokens = n;
+  Stopwatch total;
+  if (o.reuse_prefix) {
+    RW_ASSIGN_OR_RETURN(r.reused_tokens, ReusePrefix(t, prompt));
+  } else {
+    t.Reset();
+  }
+
+  // Prefill what the cache does not hold, a chunk at a time so cancellation is prompt.
+  std::vector<float> logits;
+  const int64_t chunk = std::max<int64_t>(1, t.chunk());
+  for (int64_t i = r.reused_tokens; i < n; i += chunk) {
+    if (cb.on_prefill_progress) cb.on_prefill_progress(i - r.reused_tokens, n - r.reused_tokens);
+    if (Cancelled(cb)) {
+      r.finish = FinishReason::kCancelled;
+      r.prefill_seconds = total.Seconds();
+      return r;
+    }
+    const int64_t m = std::min(chunk, n - i);
+    RW_ASSIGN_OR_RETURN(logits, t.Append(prompt.subspan(i, m)));
+  }
+  r.prefill_seconds = total.Seconds();
+
+  Sampler sampler(o.sampling);
+  std::optional<StreamDecoder> decoder;
+  if (tokenizer != nullptr) decoder.emplace(*tokenizer);
+  StopStringMatcher stops(o.stop_strings);
+  bool keep_going = true;
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return;
+    r.text += text;
+    if (cb.on_text && !cb.on_text(text)) keep_going = false;
+  };
+
+  Stopwatch decode;
+  r.finish = FinishReason::kLength;
+  const int64_t room = t.max_context() - n;  // positions left for generated tokens
+  const int64_t limit = std::min(o.max_new_tokens, room);
+  while (static_cast<int64_t>(r.ids.size()) < limit) {
+    const std::vector<int>& ctx = t.tokens();
+    const int id = sampler.Sample(logits, static_cast<int64_t>(ctx.size()), ctx);
+    if (r.ids.empty()) r.first_token_seconds = total.Seconds();
+    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
+      r.finish = FinishReason::kStop;
+      r.stop_id = id;
+      break;
+    }
+    r.ids.push_back(id);
+    if (decoder) {
+      emit(stops.Push(decoder->Push(id)));
+      if (stops.stopped()) {
+        r.finish = FinishReason::kStop;
+        r.stop_string = stops.matched();
+        break;
+      }
+    }
+    if (!keep_going || Cancelled(cb)) {
+      r.finish = FinishReason::kCancelled;
+      break;
+    }
+    if (static_cast<int64_t>(r.ids.size()) >= limit) break;
+    RW_ASSIGN_OR_RETURN(logits, t.Append(std::span<const int>(&r.ids.back(), 1)));
+    ++r.decoded_tokens;
+  }
+  if (decoder && !stops.stopped()) {
+    std::string tail = stops.Push(decoder->Flush());
+    if (stops.stopped()) {
+      r.finish = FinishReason::kStop;
+      r.stop_string = stops.matched();
+    } else {
+      tail += stops.Flush();
+    }
+    keep_going = true;  // the final text is delivered even after a cancel
+    emit(tail);
+  }
+  r.decode_seconds = decode.Seconds();
+  return r;
+}
+
+}  // namespace rw

@@ -1,0 +1,95 @@
+// Text generation over a token timeline: reuse of the cached prefix, prefill in cancellable
+// chunks, sampling, stop ids and stop strings, and streamed UTF-8-complete text. The CLI's run
+// and chat and the server share this loop; tests drive it with a scripted timeline.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/engine.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace rw {
+
+// What the generation loop needs from a Session (an interface so tests can script logits).
+class TokenTimeline {
+ public:
+  virtual ~TokenTimeline() = default;
+  // Appends ids; returns the logits after the last one.
+  virtual Result<std::vector<float>> Append(std::span<const int> ids) = 0;
+  virtual const std::vector<int>& tokens() const = 0;
+  virtual bool CanRewind(int64_t pos) const = 0;
+  virtual Status Rewind(int64_t pos) = 0;
+  virtual void Reset() = 0;
+  virtual int64_t max_context() const = 0;
+  virtual int64_t chunk() const = 0;  // tokens per Append during prefill
+};
+
+// A Session seen as a TokenTimeline.
+class SessionTimeline final : public TokenTimeline {
+ public:
+  explicit SessionTimeline(Session& s) : s_(s) {}
+  Result<std::vector<float>> Append(std::span<const int> ids) override;
+  const std::vector<int>& tokens() const override { return s_.tokens(); }
+  bool CanRewind(int64_t pos) const override { return s_.CanRewind(pos); }
+  Status Rewind(int64_t pos) override { return s_.Rewind(pos); }
+  void Reset() override { s_.Reset(); }
+  int64_t max_context() const override { return s_.engine().max_context(); }
+  int64_t chunk() const override { return s_.engine().prefill_chunk(); }
+
+ private:
+  Session& s_;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled };
+const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled"
+
+struct GenerateOptions {
+  SamplingParams sampling;
+  int64_t max_new_tokens = 1024;          // also capped by the context left
+  std::vector<int> stop_ids;              // a sampled stop id ends generation (not in the text)
+  std::vector<std::string> stop_strings;  // matched on decoded text, across tokens
+  bool reuse_prefix = true;  // keep the cached prefix the prompt shares with the timeline
+};
+
+struct GenerateCallbacks {
+  // Text as it becomes final (complete UTF-8, cleared of stop-string candidates). Return false
+  // to stop generation (finish reason kCancelled).
+  std::function<bool(std::string_view text)> on_text;
+  // Checked between prefill chunks and between tokens.
+  const std::atomic<bool>* cancel = nullptr;
+  // Called before each prefill chunk with (done, total) prompt tokens; servers send keep-alives.
+  std::function<void(int64_t done, int64_t total)> on_prefill_progress;
+};
+
+struct GenerateResult {
+  std::vector<int> ids;  // generated ids, without a final stop id
+  std::string text;      // the decoded text (up to a stop string)
+  FinishReason finish = FinishReason::kLength;
+  int stop_id = -1;  // the stop id sampled, if that ended generation
+  std::string stop_string;
+  int64_t prompt_tokens = 0;
+  int64_t reused_tokens = 0;  // prompt tokens served from the cache
+  double prefill_seconds = 0, decode_seconds = 0;
+  double first_token_seconds = 0;  // from the call to the first sampled token
+  int64_t decoded_tokens = 0;      // forward passes after prefill
+};
+
+// Cuts the timeline back to the longest prefix it shares with prompt that it can keep, leaving
+// at least one prompt token to run (its logits start generation). Returns the tokens kept.
+Result<int64_t> ReusePrefix(TokenTimeline& timeline, std::span<const int> prompt);
+
+// Runs prompt (after reusing what the timeline already holds) and samples until a stop, the
+// token limit, the context end or cancellation. On error the timeline holds what completed.
+Result<GenerateResult> Generate(TokenTimeline& timeline, const Tokenizer* tokenizer,
+                                std::span<const int> prompt, const GenerateOptions& options,
+                                const GenerateCallbacks& callbacks = {});
+
+}  // namespace rw
