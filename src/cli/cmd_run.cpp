@@ -156,6 +156,7 @@ int Run(const Args& args) {
   }
   auto session = engine->NewSession();
   SessionTimeline timeline(*session);
+  const ExpertStoreStats experts_before = engine->expert_stats();
   auto r = Generate(timeline, tok, prompt_ids, *gen, cb);
   if (!r.ok()) return ReportError("run", r.status());
   if (print_ids) {
@@ -167,7 +168,14 @@ int Run(const Args& args) {
     std::printf("\n");
   }
   std::fflush(stdout);
-  if (!quiet) std::fprintf(stderr, "%s\n", StatsLine(*r, *gen).c_str());
+  if (!quiet) {
+    std::fprintf(stderr, "%s\n", StatsLine(*r, *gen).c_str());
+    const std::string ex =
+        ExpertStatsText(experts_before, engine->expert_stats(),
+                        r->prompt_tokens - r->reused_tokens + static_cast<int64_t>(r->ids.size()));
+    if (!ex.empty())
+      std::fprintf(stderr, "%s (%s store)\n", ex.c_str(), flags.GetString("expert-store").c_str());
+  }
   return 0;
 }
 

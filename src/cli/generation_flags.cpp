@@ -15,6 +15,13 @@ void AddEngineFlags(Flags& flags) {
   flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
   flags.Int("max-context", 8192, "maximum context length in tokens");
   flags.Int("prefill-chunk", 128, "tokens per forward call during prefill");
+  flags.String("expert-store", "mmap",
+               "where routed experts live: mmap (the page cache) or slots (private slots within "
+               "--memory-budget)");
+  flags.String("memory-budget", "0",
+               "slots: bytes for the core, KV cache, scratch and expert slots, e.g. 2G (0: a slot "
+               "for every expert)");
+  flags.Int("io-threads", 8, "expert reads in flight");
 }
 
 Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -24,6 +31,21 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   o.threads = static_cast<int>(flags.GetInt("threads"));
   o.max_context = flags.GetInt("max-context");
   o.prefill_chunk = flags.GetInt("prefill-chunk");
+  o.expert_store = flags.GetString("expert-store");
+  if (o.expert_store != "mmap" && o.expert_store != "slots")
+    return Error(ErrorCode::kInvalidArgument, "--expert-store must be mmap or slots, not '{}'",
+                 o.expert_store);
+  RW_ASSIGN_OR_RETURN(unsigned long long budget,
+                      ParseByteSize(flags.GetString("memory-budget"), "--memory-budget"));
+  if (budget > 0 && o.expert_store != "slots")
+    return Error(ErrorCode::kInvalidArgument,
+                 "--memory-budget applies to --expert-store slots (mmap leaves memory to the "
+                 "kernel; run it in a memory cgroup with scripts/with-memory-limit.sh)");
+  o.memory_budget = budget;
+  const long long io = flags.GetInt("io-threads");
+  if (io < 1 || io > 256)
+    return Error(ErrorCode::kInvalidArgument, "--io-threads must be in 1..256, not {}", io);
+  o.io_threads = static_cast<int>(io);
   return o;
 }
 
@@ -70,6 +92,17 @@ Result<bool> ThinkingFromFlags(const Flags& flags) {
   if (t == "on") return true;
   if (t == "off") return false;
   return Error(ErrorCode::kInvalidArgument, "--thinking must be on or off, not '{}'", t);
+}
+
+std::string ExpertStatsText(const ExpertStoreStats& before, const ExpertStoreStats& after,
+                            int64_t tokens) {
+  const uint64_t hits = after.hits - before.hits, misses = after.misses - before.misses;
+  if (hits + misses == 0) return "";
+  const double read = static_cast<double>(after.bytes_read - before.bytes_read);
+  std::string s = fmt::format("experts: {:.1f}% resident", 100.0 * hits / (hits + misses));
+  if (tokens > 0) s += fmt::format(", {:.1f} MB read per token", read / tokens / 1e6);
+  s += fmt::format(", {:.2f} s waiting for reads", after.wait_seconds - before.wait_seconds);
+  return s;
 }
 
 std::string StatsLine(const GenerateResult& r, const GenerateOptions& o) {

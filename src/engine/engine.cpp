@@ -18,7 +18,13 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   if (o.threads < 0 || o.threads > 1024)
     return Error(ErrorCode::kInvalidArgument, "bad thread count {}", o.threads);
   auto e = std::shared_ptr<Engine>(new Engine());
-  RW_ASSIGN_OR_RETURN(e->model_, RuntimeModel::Open(o.model_dir));
+  ModelOpenOptions mo;
+  mo.experts.kind = o.expert_store;
+  mo.experts.io_threads = o.io_threads;
+  mo.memory_budget = o.memory_budget;
+  mo.max_context = std::max<int64_t>(1, o.max_context);
+  mo.prefill_chunk = o.prefill_chunk;
+  RW_ASSIGN_OR_RETURN(e->model_, RuntimeModel::Open(o.model_dir, mo));
   e->max_context_ = std::min<int64_t>(o.max_context, e->model_->config().max_position_embeddings);
   e->prefill_chunk_ = std::min(o.prefill_chunk, e->max_context_);
   if (o.threads > 0) {
@@ -55,6 +61,11 @@ Status Engine::LoadText(const std::string& dir) {
   }
   tokenizer_ = std::move(tok);
   return Status::Ok();
+}
+
+ExpertStoreStats Engine::expert_stats() const {
+  const ExpertStore* s = model_->experts();
+  return s != nullptr ? s->stats() : ExpertStoreStats{};
 }
 
 std::unique_ptr<Session> Engine::NewSession() const {

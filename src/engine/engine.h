@@ -29,6 +29,11 @@ struct EngineOptions {
   // Load <model_dir>/tokenizer.json and the chat template. Without them only token ids work; a
   // damaged tokenizer is reported when text is asked for, not at load.
   bool load_tokenizer = true;
+  // Routed experts: "mmap" (the page cache holds them) or "slots" (private slots sized by
+  // memory_budget, read with parallel preads).
+  std::string expert_store = "mmap";
+  uint64_t memory_budget = 0;  // slots: bytes for core + KV + scratch + slots (0: no limit)
+  int io_threads = 8;          // expert reads in flight
 };
 
 class Session;
@@ -42,6 +47,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int64_t max_context() const { return max_context_; }
   int64_t prefill_chunk() const { return prefill_chunk_; }
   ThreadPool* pool() const { return pool_; }
+  // Expert store figures (hits, bytes read, waits) since load.
+  ExpertStoreStats expert_stats() const;
   std::unique_ptr<Session> NewSession() const;
 
   // Text: the tokenizer (null when the model directory has none or it failed to load; then

@@ -1,13 +1,19 @@
-// The one door through which the forward pass gets routed-expert weights. A layer's step asks
-// for the set of experts its router chose (Acquire), uses the returned blobs, then Releases
-// them. The simple store maps each layer file and hands out pointers into the mapping; a
-// streaming store (pread slots, io_uring, prefetch) can replace the insides without touching
-// the forward pass.
+// The one door through which the forward pass gets routed-expert weights. A layer asks for the
+// experts its router chose (Begin: reads for the missing ones start at once and it returns),
+// computes the resident ones while the rest arrive (Wait per expert), then Releases them.
+// Strategies (selected by ExpertStoreOptions::kind):
+//   mmap:  layer files mapped read-only; the page cache is the expert cache. Begin asks the
+//          kernel which experts are resident (mincore) and has worker threads read the others.
+//   slots: per-layer pools of expert slots in private memory, filled by parallel preads and
+//          replaced by LFU with decay (recency breaks ties); sized by a memory budget.
+// Every blob read from storage is checked against its XXH3 from experts/index.json; a mismatch
+// is re-read once, then the request fails naming the file and expert (the store stays usable).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "format/model_dir.h"
@@ -23,24 +29,53 @@ struct ExpertRef {
 struct ExpertStoreStats {
   uint64_t acquires = 0;        // experts handed out
   uint64_t bytes_acquired = 0;  // their blob sizes
+  uint64_t hits = 0;            // requested experts already resident at Begin
+  uint64_t misses = 0;          // requested experts that had to be read
+  uint64_t bytes_read = 0;      // bytes read from storage (demand and prefetch)
+  uint64_t prefetches = 0;      // prefetch reads issued
+  uint64_t prefetch_used = 0;   // prefetched experts later requested
+  uint64_t checksum_failures = 0;
+  double wait_seconds = 0;  // time compute spent waiting for reads
+};
+
+struct ExpertStoreOptions {
+  std::string kind = "mmap";  // mmap | slots
+  int slots_per_layer = 0;    // slots: experts held per layer (from the memory planner)
+  int io_threads = 8;         // reads in flight
+  bool verify = true;         // XXH3 of every blob read from storage
 };
 
 class ExpertStore {
  public:
   virtual ~ExpertStore() = default;
 
-  // Makes experts[i] of `layer` readable and writes its ref to out[i]. The refs stay valid
-  // until Release(layer) (or the next Acquire of the same layer by the same caller).
-  // Thread-safe for concurrent callers working on different sessions.
-  virtual Status Acquire(int layer, std::span<const int> experts, ExpertRef* out) = 0;
-  virtual void Release(int layer) {}
+  // Starts making experts[i] of `layer` readable and returns without waiting. resident (may be
+  // null) receives 1 for experts that were ready at once. At most capacity_per_layer() experts.
+  // One Begin per layer at a time: a second caller waits for the first one's Release.
+  virtual Status Begin(int layer, std::span<const int> experts, uint8_t* resident) = 0;
+  // Blocks until the i-th expert of the current Begin of `layer` is readable. An expert whose
+  // blob fails its checksum twice is an error naming the file and expert.
+  virtual Result<ExpertRef> Wait(int layer, size_t i) = 0;
+  virtual void Release(int layer) = 0;
+  // A hint that these experts of `layer` will probably be needed soon: read at lower priority
+  // than Begin's reads, never displacing experts a Begin holds.
+  virtual void Prefetch(int layer, std::span<const int> experts) { (void)layer, (void)experts; }
+  // How many experts one Begin may hold per layer.
+  virtual int capacity_per_layer() const = 0;
+
+  // Begin + Wait for all + refs in out (Release still needed).
+  Status Acquire(int layer, std::span<const int> experts, ExpertRef* out);
 
   virtual ExpertStoreStats stats() const = 0;
   virtual const char* kind() const = 0;
 };
 
-// Maps every experts/layer_NNN.bin read-only (the page cache is the expert cache).
-// `dir` must outlive the store.
-Result<std::unique_ptr<ExpertStore>> OpenMmapExpertStore(const ModelDir& dir);
+// Opens the store `options.kind` over the model directory's experts. `dir` must outlive it.
+Result<std::unique_ptr<ExpertStore>> OpenExpertStore(const ModelDir& dir,
+                                                     const ExpertStoreOptions& options);
+Result<std::unique_ptr<ExpertStore>> OpenMmapExpertStore(const ModelDir& dir,
+                                                         const ExpertStoreOptions& options = {});
+Result<std::unique_ptr<ExpertStore>> OpenSlotExpertStore(const ModelDir& dir,
+                                                         const ExpertStoreOptions& options);
 
 }  // namespace rw

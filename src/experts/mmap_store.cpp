@@ -1,60 +1,258 @@
-// The simplest ExpertStore: the layer files are mapped once and Acquire is pointer arithmetic.
-#include <atomic>
+// The mmap strategy: layer files mapped read-only, the page cache is the expert cache. Begin asks
+// the kernel which requested blobs are fully resident (mincore); the others are read with pread
+// on the I/O pool (which fills the page cache the mapping then hits), so compute can start on the
+// resident experts at once. Each blob is checked against its XXH3 the first time it is used.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "base/check.h"
+#include "base/hash.h"
+#include "base/timer.h"
+#include "experts/blob_read.h"
 #include "experts/expert_store.h"
+#include "experts/read_queue.h"
 
 namespace rw {
 namespace {
 
+bool Resident(const uint8_t* p, uint64_t n, std::vector<unsigned char>* vec) {
+  const uint64_t page = 4096;
+  vec->resize((n + page - 1) / page);
+  if (mincore(const_cast<uint8_t*>(p), n, vec->data()) != 0) return false;
+  for (unsigned char c : *vec)
+    if ((c & 1) == 0) return false;
+  return true;
+}
+
 class MmapExpertStore final : public ExpertStore {
  public:
+  explicit MmapExpertStore(const ExpertStoreOptions& o) : opt_(o), io_(o.io_threads) {}
+  ~MmapExpertStore() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return loading_ == 0; });
+    lock.unlock();
+    for (Layer& L : layers_)
+      if (L.src.fd >= 0) close(L.src.fd);
+  }
+
   Status Open(const ModelDir& dir) {
     const ExpertIndex* idx = dir.experts();
     if (idx == nullptr)
       return Error(ErrorCode::kNotFound, "{}: the model has no routed experts", dir.path());
     num_experts_ = idx->num_experts;
-    for (const ExpertLayerInfo& info : idx->layers) {
-      RW_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(dir.FilePath(info.file)));
-      if (m.size() < info.layout.stride * static_cast<uint64_t>(num_experts_))
-        return Error(ErrorCode::kCorrupt, "{}: {} bytes, {} experts × stride {} expected", m.path(),
-                     m.size(), num_experts_, info.layout.stride);
-      maps_.push_back(std::move(m));
-      layouts_.push_back(&info.layout);
+    layers_ = std::vector<Layer>(idx->layers.size());
+    for (size_t l = 0; l < idx->layers.size(); ++l) {
+      const ExpertLayerInfo& info = idx->layers[l];
+      Layer& L = layers_[l];
+      L.info = &info;
+      RW_ASSIGN_OR_RETURN(L.map, MappedFile::Open(dir.FilePath(info.file)));
+      if (L.map.size() < info.layout.stride * static_cast<uint64_t>(num_experts_))
+        return Error(ErrorCode::kCorrupt, "{}: {} bytes, {} experts × stride {} expected",
+                     L.map.path(), L.map.size(), num_experts_, info.layout.stride);
+      L.src.path = L.map.path();
+      L.src.stride = info.layout.stride;
+      L.src.fd = ::open(L.src.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (L.src.fd < 0) return Error(ErrorCode::kIo, "{}: {}", L.src.path, std::strerror(errno));
+      L.verified.assign(num_experts_, 0);
     }
     return Status::Ok();
   }
 
-  Status Acquire(int layer, std::span<const int> experts, ExpertRef* out) override {
-    if (layer < 0 || layer >= static_cast<int>(maps_.size()))
+  Status Begin(int layer, std::span<const int> experts, uint8_t* resident) override {
+    if (layer < 0 || layer >= static_cast<int>(layers_.size()))
       return Error(ErrorCode::kInvalidArgument, "expert layer {} out of range", layer);
-    const ExpertLayout* layout = layouts_[layer];
-    for (size_t i = 0; i < experts.size(); ++i) {
-      int e = experts[i];
+    for (int e : experts)
       if (e < 0 || e >= num_experts_)
         return Error(ErrorCode::kInvalidArgument, "expert {} out of range", e);
-      out[i] = ExpertRef{maps_[layer].data() + layout->stride * static_cast<uint64_t>(e), layout};
-      bytes_.fetch_add(layout->blob_size, std::memory_order_relaxed);
+    Layer& L = layers_[layer];
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !L.busy; });
+    L.busy = true;
+    const size_t n = experts.size();
+    L.req.assign(n, Req{});
+    for (size_t i = 0; i < n; ++i) {
+      const int e = experts[i];
+      Req& r = L.req[i];
+      r.expert = e;
+      const bool in_memory = Resident(Blob(L, e), L.src.stride, &mincore_buf_);
+      if (resident) resident[i] = in_memory ? 1 : 0;
+      if (in_memory) {
+        ++stats_.hits;
+        r.state = ReqState::kReady;
+        continue;
+      }
+      ++stats_.misses;
+      r.state = ReqState::kLoading;
+      ++loading_;
+      io_.Submit([this, layer, i, e] { ReadOne(layer, i, e); }, /*demand=*/true);
     }
-    acquires_.fetch_add(experts.size(), std::memory_order_relaxed);
+    stats_.acquires += n;
+    stats_.bytes_acquired += n * L.info->layout.blob_size;
     return Status::Ok();
   }
 
+  Result<ExpertRef> Wait(int layer, size_t i) override {
+    Layer& L = layers_[layer];
+    std::unique_lock<std::mutex> lock(mu_);
+    CHECK(L.busy && i < L.req.size());
+    Req& r = L.req[i];
+    if (r.state == ReqState::kLoading) {
+      Stopwatch sw;
+      cv_.wait(lock, [&] { return r.state != ReqState::kLoading; });
+      stats_.wait_seconds += sw.Seconds();
+    }
+    if (r.state == ReqState::kFailed) return r.error;
+    const int e = r.expert;
+    if (opt_.verify && !L.verified[e]) {
+      // Resident but never checked: hash it from the mapping; on a mismatch drop the cached
+      // pages and read the file again.
+      lock.unlock();
+      Status st = VerifyMapped(L, layer, e);
+      lock.lock();
+      if (!st.ok()) return st;
+      L.verified[e] = 1;
+    }
+    return ExpertRef{Blob(L, e), &L.info->layout};
+  }
+
+  void Release(int layer) override {
+    Layer& L = layers_[layer];
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Reads still under way (after an early error return) finish before the request goes.
+      cv_.wait(lock, [&] {
+        for (const Req& r : L.req)
+          if (r.state == ReqState::kLoading) return false;
+        return true;
+      });
+      L.req.clear();
+      L.busy = false;
+    }
+    cv_.notify_all();
+  }
+
+  void Prefetch(int layer, std::span<const int> experts) override {
+    if (layer < 0 || layer >= static_cast<int>(layers_.size())) return;
+    Layer& L = layers_[layer];
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int e : experts) {
+      if (e < 0 || e >= num_experts_ || Resident(Blob(L, e), L.src.stride, &mincore_buf_)) continue;
+      ++stats_.prefetches;
+      ++loading_;
+      io_.Submit(
+          [this, layer, e] {
+            Layer& L = layers_[layer];
+            std::vector<uint8_t>& buf = ScratchBuffer(L.src.stride);
+            int fails = 0;
+            Status st =
+                ReadExpertBlob(L.src, layer, e, buf.data(), opt_.verify, L.info->xxh3[e], &fails);
+            std::lock_guard<std::mutex> lock(mu_);
+            stats_.bytes_read += L.src.stride;
+            if (st.ok() && opt_.verify) L.verified[e] = 1;
+            --loading_;
+            cv_.notify_all();
+          },
+          /*demand=*/false);
+    }
+  }
+
+  int capacity_per_layer() const override { return num_experts_; }
   ExpertStoreStats stats() const override {
-    return ExpertStoreStats{acquires_.load(), bytes_.load()};
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
   }
   const char* kind() const override { return "mmap"; }
 
  private:
+  enum class ReqState { kReady, kLoading, kFailed };
+  struct Req {
+    int expert = -1;
+    ReqState state = ReqState::kReady;
+    Status error;
+  };
+  struct Layer {
+    const ExpertLayerInfo* info = nullptr;
+    MappedFile map;
+    BlobSource src;
+    std::vector<uint8_t> verified;  // per expert: its XXH3 matched once
+    bool busy = false;
+    std::vector<Req> req;
+  };
+
+  static const uint8_t* Blob(const Layer& L, int e) {
+    return L.map.data() + L.src.stride * static_cast<uint64_t>(e);
+  }
+
+  // One reusable buffer per I/O thread: pread fills the page cache through it.
+  static std::vector<uint8_t>& ScratchBuffer(uint64_t n) {
+    thread_local std::vector<uint8_t> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf;
+  }
+
+  void ReadOne(int layer, size_t i, int e) {
+    Layer& L = layers_[layer];
+    std::vector<uint8_t>& buf = ScratchBuffer(L.src.stride);
+    int fails = 0;
+    Status st = ReadExpertBlob(L.src, layer, e, buf.data(), opt_.verify, L.info->xxh3[e], &fails);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Req& r = L.req[i];
+      r.state = st.ok() ? ReqState::kReady : ReqState::kFailed;
+      r.error = st;
+      if (st.ok() && opt_.verify) L.verified[e] = 1;
+      stats_.checksum_failures += fails;
+      stats_.bytes_read += L.src.stride * (1 + std::min(fails, 1));
+      --loading_;
+    }
+    cv_.notify_all();
+  }
+
+  Status VerifyMapped(Layer& L, int layer, int e) {
+    if (Xxh3_64(Blob(L, e), L.src.stride) == L.info->xxh3[e]) return Status::Ok();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.checksum_failures;
+    }
+    posix_fadvise(L.src.fd, static_cast<off_t>(L.src.stride * e), static_cast<off_t>(L.src.stride),
+                  POSIX_FADV_DONTNEED);
+    std::vector<uint8_t>& buf = ScratchBuffer(L.src.stride);
+    int fails = 0;
+    // The mapped bytes were the first read; this is the one re-read.
+    Status st = ReadExpertBlob(L.src, layer, e, buf.data(), true, L.info->xxh3[e], &fails, 1);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.checksum_failures += fails;
+    if (!st.ok()) return st;
+    // The file is good now; the mapping sees the re-read pages.
+    if (Xxh3_64(Blob(L, e), L.src.stride) != L.info->xxh3[e])
+      return Error(ErrorCode::kCorrupt, "{}: expert {} of layer {} fails its checksum", L.src.path,
+                   e, layer);
+    return Status::Ok();
+  }
+
+  ExpertStoreOptions opt_;
   int num_experts_ = 0;
-  std::vector<MappedFile> maps_;
-  std::vector<const ExpertLayout*> layouts_;
-  std::atomic<uint64_t> acquires_{0}, bytes_{0};
+  std::vector<Layer> layers_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  ExpertStoreStats stats_;
+  std::vector<unsigned char> mincore_buf_;
+  int loading_ = 0;
+  ReadQueue io_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<ExpertStore>> OpenMmapExpertStore(const ModelDir& dir) {
-  auto store = std::make_unique<MmapExpertStore>();
+Result<std::unique_ptr<ExpertStore>> OpenMmapExpertStore(const ModelDir& dir,
+                                                         const ExpertStoreOptions& options) {
+  auto store = std::make_unique<MmapExpertStore>(options);
   RW_RETURN_IF_ERROR(store->Open(dir));
   return std::unique_ptr<ExpertStore>(std::move(store));
 }

@@ -1,5 +1,7 @@
 #include "runtime/forward.h"
 
+#include <mutex>
+
 #include <algorithm>
 #include <cmath>
 
@@ -42,6 +44,23 @@ void ForwardStats::Add(const ForwardStats& o) {
   experts_run += o.experts_run;
 }
 
+uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M) {
+  const int64_t H = c.hidden_size;
+  const int64_t hd_max = std::max(c.sliding.head_dim, c.full.head_dim);
+  const int64_t kv_max = std::max(int64_t{c.sliding.num_kv_heads} * c.sliding.head_dim,
+                                  int64_t{c.full.num_kv_heads} * c.full.head_dim);
+  int64_t floats = M * H * 7 + 2 * M * c.num_heads * hd_max + 2 * M * kv_max +
+                   2 * M * c.intermediate_size +
+                   2 * M * std::max(c.sliding.head_dim, c.full.head_dim);
+  if (c.enable_moe) {
+    const int64_t rows = std::max<int64_t>(M, c.top_k);
+    floats += M * c.num_experts + 2 * M * c.top_k + M * H + 2 * rows * c.moe_intermediate_size +
+              M * c.top_k * H;
+  }
+  floats += 2 * int64_t{c.vocab_size};  // the last row's logits, and a copy for the caller
+  return static_cast<uint64_t>(floats) * sizeof(float);
+}
+
 ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
     : model_(model), c_(model.config()), max_chunk_(max_chunk), dump_(Dumper::FromEnv()) {
   CHECK(max_chunk >= 1);
@@ -69,7 +88,7 @@ ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
     ex_in_.resize(M * H);
     ex_g_.resize(rows * I);
     ex_u_.resize(rows * I);
-    ex_y_.resize(rows * H);
+    ex_y_.resize(M * k * H);  // every (token, expert) output until they are summed
   }
   rope_cos_s_.resize(M * c_.sliding.head_dim / 2);
   rope_sin_s_.resize(M * c_.sliding.head_dim / 2);
@@ -131,11 +150,17 @@ Status ForwardPass::DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, T
   Attention(li, kv, m, pos0, pool);
   st->attention_s += sw.Seconds();
   sw.Reset();
+  if (c_.enable_moe) {
+    // Route first: the store starts reading missing experts while the dense MLP runs.
+    Router(li, m, pool);
+    RW_RETURN_IF_ERROR(ExpertsBegin(li, m));
+  }
+  st->moe_s += sw.Seconds();
+  sw.Reset();
   DenseMlp(li, m, pool);
   st->dense_s += sw.Seconds();
   sw.Reset();
   if (c_.enable_moe) {
-    Router(li, m, pool);
     RW_RETURN_IF_ERROR(Experts(li, m, pool, st));
     cpu::Add(m1_.data(), m2_.data(), m * H);  // F4: m1 + m2
   }
@@ -243,68 +268,106 @@ void ForwardPass::Router(int li, int64_t m, ThreadPool* pool) {
 }
 
 // Gemma4TextExperts (F3): moe = Σ_e w_e · down_e(gelu_tanh(gate_e u2) ⊙ up_e u2) with
-// u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe). Experts are summed in ascending index order.
+// u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe). Each expert's weights are read once per chunk
+// for all the tokens that chose it; outputs are summed in ascending expert index order whatever
+// order the experts were computed in (resident ones first), so every store gives the same bits.
+Status ForwardPass::ExpertsBegin(int li, int64_t m) {
+  const int64_t k = c_.top_k, E = c_.num_experts;
+  single_token_ = m == 1;
+  users_.resize(E);
+  for (auto& u : users_) u.clear();
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t j = 0; j < k; ++j)
+      users_[topk_idx_[t * k + j]].push_back({static_cast<int>(t), topk_w_[t * k + j]});
+  used_.clear();
+  row0_.clear();
+  int64_t rows = 0;
+  for (int e = 0; e < E; ++e) {
+    if (users_[e].empty()) continue;
+    used_.push_back(e);
+    row0_.push_back(rows);
+    rows += static_cast<int64_t>(users_[e].size());
+  }
+  // A store with fewer slots than the chunk's distinct experts gets them in batches.
+  ExpertStore* store = model_.experts();
+  const size_t cap = static_cast<size_t>(std::max(1, store->capacity_per_layer()));
+  batches_.clear();
+  for (size_t i = 0; i < used_.size(); i += cap)
+    batches_.push_back({i, std::min(used_.size(), i + cap)});
+  resident_.assign(used_.size(), 0);
+  const auto [b0, b1] = batches_[0];
+  return store->Begin(li, std::span<const int>(&used_[b0], b1 - b0), &resident_[b0]);
+}
+
+// Computes batch b (already Begun): experts that were resident first, the rest as they arrive.
+Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
+  const int64_t H = c_.hidden_size, I = c_.moe_intermediate_size;
+  ExpertStore* store = model_.experts();
+  const auto [b0, b1] = batches_[b];
+  std::vector<size_t> order;
+  for (size_t i = b0; i < b1; ++i)
+    if (resident_[i]) order.push_back(i);
+  for (size_t i = b0; i < b1; ++i)
+    if (!resident_[i]) order.push_back(i);
+  if (single_token_ && pool != nullptr) {
+    // One token: its experts in parallel, one per thread, each a chain of three matvecs.
+    std::mutex mu;
+    Status first_error;
+    pool->ParallelFor(order.size(), 1, [&](size_t s, size_t e, int) {
+      for (size_t q = s; q < e; ++q) {
+        const size_t i = order[q];
+        Result<ExpertRef> ref = store->Wait(li, i - b0);
+        if (!ref.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = ref.status();
+          continue;
+        }
+        float* gj = &ex_g_[i * I];
+        float* uj = &ex_u_[i * I];
+        cpu::MatVec(ViewOf(ref->blob, ref->layout->gate), a_.data(), gj, nullptr);
+        cpu::MatVec(ViewOf(ref->blob, ref->layout->up), a_.data(), uj, nullptr);
+        cpu::GegluInPlace(gj, uj, I);
+        cpu::MatVec(ViewOf(ref->blob, ref->layout->down), gj, &ex_y_[row0_[i] * H], nullptr);
+      }
+    });
+    return first_error;
+  }
+  for (size_t i : order) {
+    RW_ASSIGN_OR_RETURN(ExpertRef ref, store->Wait(li, i - b0));
+    const auto& list = users_[used_[i]];
+    const int64_t n = static_cast<int64_t>(list.size());
+    for (int64_t r = 0; r < n; ++r) std::copy_n(&a_[list[r].first * H], H, &ex_in_[r * H]);
+    Linear(ViewOf(ref.blob, ref.layout->gate), ex_in_.data(), n, ex_g_.data(), pool);
+    Linear(ViewOf(ref.blob, ref.layout->up), ex_in_.data(), n, ex_u_.data(), pool);
+    cpu::GegluInPlace(ex_g_.data(), ex_u_.data(), n * I);
+    Linear(ViewOf(ref.blob, ref.layout->down), ex_g_.data(), n, &ex_y_[row0_[i] * H], pool);
+  }
+  return Status::Ok();
+}
+
 Status ForwardPass::Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st) {
   const LayerView& L = model_.layer(li);
-  const int64_t H = c_.hidden_size, I = c_.moe_intermediate_size, k = c_.top_k, E = c_.num_experts;
+  const int64_t H = c_.hidden_size;
   const float eps = static_cast<float>(c_.rms_norm_eps);
   const WeightView pre2 = NormWeight(L.pre_ff_ln2);
   cpu::RmsNormRows(x_.data(), a_.data(), m, H, &pre2, eps);  // u2
-  std::fill(m2_.begin(), m2_.begin() + m * H, 0.0f);
   ExpertStore* store = model_.experts();
-
-  if (m == 1) {
-    // Decode: the token's k experts in parallel, each on one thread; then summed in ascending
-    // expert order.
-    std::vector<int> order(k);
-    for (int64_t j = 0; j < k; ++j) order[j] = static_cast<int>(j);
-    std::sort(order.begin(), order.end(),
-              [&](int a, int b) { return topk_idx_[a] < topk_idx_[b]; });
-    std::vector<ExpertRef> refs(k);
-    RW_RETURN_IF_ERROR(store->Acquire(li, std::span<const int>(topk_idx_.data(), k), refs.data()));
-    auto run = [&](size_t b, size_t e, int) {
-      for (size_t j = b; j < e; ++j) {
-        const ExpertRef& ref = refs[j];
-        float* gj = &ex_g_[j * I];
-        float* uj = &ex_u_[j * I];
-        cpu::MatVec(ViewOf(ref.blob, ref.layout->gate), a_.data(), gj, nullptr);
-        cpu::MatVec(ViewOf(ref.blob, ref.layout->up), a_.data(), uj, nullptr);
-        cpu::GegluInPlace(gj, uj, I);
-        cpu::MatVec(ViewOf(ref.blob, ref.layout->down), gj, &ex_y_[j * H], nullptr);
-      }
-    };
-    if (pool != nullptr)
-      pool->ParallelFor(k, 1, run);
-    else
-      run(0, k, 0);
-    store->Release(li);
-    for (int j : order) cpu::Axpy(m2_.data(), topk_w_[j], &ex_y_[j * H], H);
-    st->experts_run += k;
-  } else {
-    // Prefill: group the chunk's tokens by expert so each expert's weights are read once.
-    std::vector<std::vector<std::pair<int, float>>> users(E);  // expert → (token, weight)
-    for (int64_t t = 0; t < m; ++t)
-      for (int64_t j = 0; j < k; ++j)
-        users[topk_idx_[t * k + j]].push_back({static_cast<int>(t), topk_w_[t * k + j]});
-    std::vector<int> used;
-    for (int e = 0; e < E; ++e)
-      if (!users[e].empty()) used.push_back(e);
-    std::vector<ExpertRef> refs(used.size());
-    RW_RETURN_IF_ERROR(store->Acquire(li, used, refs.data()));
-    for (size_t i = 0; i < used.size(); ++i) {
-      const auto& list = users[used[i]];
-      const int64_t n = static_cast<int64_t>(list.size());
-      for (int64_t r = 0; r < n; ++r) std::copy_n(&a_[list[r].first * H], H, &ex_in_[r * H]);
-      const ExpertRef& ref = refs[i];
-      Linear(ViewOf(ref.blob, ref.layout->gate), ex_in_.data(), n, ex_g_.data(), pool);
-      Linear(ViewOf(ref.blob, ref.layout->up), ex_in_.data(), n, ex_u_.data(), pool);
-      cpu::GegluInPlace(ex_g_.data(), ex_u_.data(), n * I);
-      Linear(ViewOf(ref.blob, ref.layout->down), ex_g_.data(), n, ex_y_.data(), pool);
-      for (int64_t r = 0; r < n; ++r)
-        cpu::Axpy(&m2_[list[r].first * H], list[r].second, &ex_y_[r * H], H);
-      st->experts_run += n;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    if (b > 0) {
+      const auto [b0, b1] = batches_[b];
+      RW_RETURN_IF_ERROR(
+          store->Begin(li, std::span<const int>(&used_[b0], b1 - b0), &resident_[b0]));
     }
+    Status s = RunExpertBatch(li, b, pool);
     store->Release(li);
+    RW_RETURN_IF_ERROR(s);
+  }
+  std::fill(m2_.begin(), m2_.begin() + m * H, 0.0f);
+  for (size_t i = 0; i < used_.size(); ++i) {
+    const auto& list = users_[used_[i]];
+    for (size_t r = 0; r < list.size(); ++r)
+      cpu::Axpy(&m2_[list[r].first * H], list[r].second, &ex_y_[(row0_[i] + r) * H], H);
+    st->experts_run += static_cast<int64_t>(list.size());
   }
   dump_.Write("moe", li, m2_.data(), m, H);
   const WeightView post2 = NormWeight(L.post_ff_ln2);

@@ -38,6 +38,8 @@ class ForwardPass {
  public:
   // Scratch for chunks of up to max_chunk tokens.
   ForwardPass(const RuntimeModel& model, int64_t max_chunk);
+  // Bytes of scratch a ForwardPass (and a session's logits) takes for chunks of max_chunk.
+  static uint64_t ScratchBytes(const ModelConfig& config, int64_t max_chunk);
 
   int64_t max_chunk() const { return max_chunk_; }
 
@@ -55,7 +57,12 @@ class ForwardPass {
   void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);
   void DenseMlp(int li, int64_t m, ThreadPool* pool);
   void Router(int li, int64_t m, ThreadPool* pool);
+  // The routed experts in two steps, so their reads overlap the dense MLP: ExpertsBegin groups
+  // the chunk's (token, expert) pairs by expert and asks the store for the first batch;
+  // Experts computes every batch and sums the outputs in ascending expert order.
+  Status ExpertsBegin(int li, int64_t m);
   Status Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st);
+  Status RunExpertBatch(int li, size_t b, ThreadPool* pool);
   void Head(int64_t row0, int64_t rows, float* logits, ThreadPool* pool);
 
   const RuntimeModel& model_;
@@ -74,6 +81,14 @@ class ForwardPass {
   std::vector<float> topk_w_;           // [m][k]
   // Expert scratch: grouped rows (prefill) or one slot per chosen expert (decode).
   std::vector<float> ex_in_, ex_g_, ex_u_, ex_y_;
+  // The current layer's expert plan: distinct experts (ascending), their (token, weight) users,
+  // each expert's first row in ex_y_, the batches Begin is asked for, residency at Begin.
+  std::vector<int> used_;
+  std::vector<std::vector<std::pair<int, float>>> users_;
+  std::vector<int64_t> row0_;
+  std::vector<std::pair<size_t, size_t>> batches_;
+  std::vector<uint8_t> resident_;
+  bool single_token_ = false;
   std::vector<float> rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [m][hd/2]
 };
 

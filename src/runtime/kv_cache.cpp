@@ -26,6 +26,17 @@ KvCache::KvCache(const ModelConfig& c, int64_t max_context, int64_t max_chunk)
   if (!any_sliding) sliding_capacity_ = 0;
 }
 
+uint64_t KvCache::BytesFor(const ModelConfig& c, int64_t max_context, int64_t max_chunk) {
+  const int64_t sliding = std::min<int64_t>(max_context, int64_t{c.sliding_window} + max_chunk - 1);
+  uint64_t bytes = 0;
+  for (int i = 0; i < c.num_layers; ++i) {
+    const AttentionGeometry& g = c.geometry(i);
+    const int64_t cap = c.is_full(i) ? max_context : sliding;
+    bytes += 2 * sizeof(float) * static_cast<uint64_t>(g.num_kv_heads) * cap * g.head_dim;
+  }
+  return bytes;
+}
+
 cpu::KvCacheView KvCache::View(int layer) const {
   const Layer& l = layers_[layer];
   return cpu::KvCacheView{l.k.get(), l.v.get(), l.n_kv_heads, l.head_dim, l.capacity};

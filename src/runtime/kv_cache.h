@@ -17,6 +17,8 @@ namespace rw {
 class KvCache {
  public:
   KvCache(const ModelConfig& config, int64_t max_context, int64_t max_chunk);
+  // What the constructor reserves (and a long context eventually touches).
+  static uint64_t BytesFor(const ModelConfig& config, int64_t max_context, int64_t max_chunk);
 
   int64_t capacity(int layer) const { return layers_[layer].capacity; }
   float* k(int layer) { return layers_[layer].k.get(); }

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "base/bf16.h"
+#include "runtime/forward.h"
+#include "runtime/kv_cache.h"
 
 namespace rw {
 
@@ -50,7 +52,8 @@ std::vector<float> RopeInvFreq(const AttentionGeometry& g) {
   return inv;
 }
 
-Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path) {
+Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path,
+                                                         const ModelOpenOptions& o) {
   auto m = std::unique_ptr<RuntimeModel>(new RuntimeModel());
   RW_ASSIGN_OR_RETURN(m->dir_, ModelDir::Open(path));
   const ModelConfig& c = m->dir_.config();
@@ -105,7 +108,23 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
     for (int i = 0; i < c.num_layers; ++i)
       RW_RETURN_IF_ERROR(
           ValidateExpertLayout(c, idx->layers[i].layout, fmt::format("{} layer {}", path, i)));
-    RW_ASSIGN_OR_RETURN(m->experts_, OpenMmapExpertStore(m->dir_));
+    ExpertStoreOptions eo = o.experts;
+    if (eo.kind == "slots") {
+      const ExpertLayout& layout = idx->layers[0].layout;
+      MemoryNeeds needs;
+      needs.core_bytes = m->dir_.core().size();
+      needs.kv_bytes = KvCache::BytesFor(c, o.max_context, o.prefill_chunk);
+      needs.scratch_bytes = ForwardPass::ScratchBytes(c, o.prefill_chunk);
+      needs.layers = c.num_layers;
+      needs.experts_per_layer = c.num_experts;
+      needs.top_k = c.top_k;
+      needs.expert_stride = layout.stride;
+      const uint64_t budget = o.memory_budget > 0 ? o.memory_budget : UINT64_MAX / 2;
+      RW_ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(budget, needs));
+      eo.slots_per_layer = plan.slots_per_layer;
+      m->plan_ = plan;
+    }
+    RW_ASSIGN_OR_RETURN(m->experts_, OpenExpertStore(m->dir_, eo));
   }
   return m;
 }

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/weight_view.h"
 #include "experts/expert_store.h"
+#include "experts/memory_plan.h"
 #include "format/model_dir.h"
 #include "model/gemma4_weights.h"
 
@@ -38,9 +40,18 @@ struct LayerView {
 // denominator d (the full head dim), the rest 0 (identity).
 std::vector<float> RopeInvFreq(const AttentionGeometry& g);
 
+struct ModelOpenOptions {
+  ExpertStoreOptions experts;
+  // slots store: the memory budget the planner divides (0: a slot for every expert).
+  uint64_t memory_budget = 0;
+  // What the planner reserves for the KV cache and scratch.
+  int64_t max_context = 8192, prefill_chunk = 128;
+};
+
 class RuntimeModel {
  public:
-  static Result<std::unique_ptr<RuntimeModel>> Open(const std::string& dir);
+  static Result<std::unique_ptr<RuntimeModel>> Open(const std::string& dir,
+                                                    const ModelOpenOptions& options = {});
 
   const ModelConfig& config() const { return dir_.config(); }
   const ModelDir& dir() const { return dir_; }
@@ -51,6 +62,8 @@ class RuntimeModel {
     return full ? inv_freq_full_ : inv_freq_sliding_;
   }
   ExpertStore* experts() const { return experts_.get(); }
+  // The slots store's plan (null for mmap or a dense model).
+  const MemoryPlan* memory_plan() const { return plan_ ? &*plan_ : nullptr; }
   // Bytes of core weights read per decoded token (everything but the embedding rows), and the
   // size of one expert blob.
   uint64_t core_bytes_per_token() const { return core_bytes_per_token_; }
@@ -63,6 +76,7 @@ class RuntimeModel {
   std::vector<LayerView> layers_;
   std::vector<float> inv_freq_sliding_, inv_freq_full_;
   std::unique_ptr<ExpertStore> experts_;
+  std::optional<MemoryPlan> plan_;
   uint64_t core_bytes_per_token_ = 0;
 };
 

@@ -1,0 +1,24 @@
+// Reading one expert blob from its layer file, checked against the index's XXH3.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace rw {
+
+struct BlobSource {
+  int fd = -1;
+  std::string path;  // for messages
+  uint64_t stride = 0;
+};
+
+// Reads expert e's stride bytes into dst with pread. When expected_xxh3 is given (verify), a
+// mismatch is re-read once; a second mismatch is kCorrupt naming the file and expert.
+// *checksum_failures counts mismatches seen (0, 1 or 2).
+// attempts: reads before giving up (2: one re-read).
+Status ReadExpertBlob(const BlobSource& src, int layer, int expert, uint8_t* dst, bool verify,
+                      uint64_t expected_xxh3, int* checksum_failures, int attempts = 2);
+
+}  // namespace rw

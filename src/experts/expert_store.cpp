@@ -1,0 +1,29 @@
+#include "experts/expert_store.h"
+
+namespace rw {
+
+Status ExpertStore::Acquire(int layer, std::span<const int> experts, ExpertRef* out) {
+  RW_RETURN_IF_ERROR(Begin(layer, experts, nullptr));
+  for (size_t i = 0; i < experts.size(); ++i) {
+    Result<ExpertRef> r = Wait(layer, i);
+    if (!r.ok()) {
+      Release(layer);
+      return r.status();
+    }
+    out[i] = *r;
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ExpertStore>> OpenExpertStore(const ModelDir& dir,
+                                                     const ExpertStoreOptions& options) {
+  if (options.io_threads < 1 || options.io_threads > 256)
+    return Error(ErrorCode::kInvalidArgument, "I/O threads must be in 1..256, not {}",
+                 options.io_threads);
+  if (options.kind == "mmap") return OpenMmapExpertStore(dir, options);
+  if (options.kind == "slots") return OpenSlotExpertStore(dir, options);
+  return Error(ErrorCode::kInvalidArgument, "unknown expert store '{}' (mmap or slots)",
+               options.kind);
+}
+
+}  // namespace rw

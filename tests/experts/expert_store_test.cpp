@@ -1,0 +1,270 @@
+// Expert stores: the memory planner, the slots store's replacement policy, checksum failures
+// (re-read once, then an error naming file and expert, the store still usable), early reads, and
+// the rule that streaming never changes the answer: every store gives bit-identical logits.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "base/file.h"
+#include "engine/engine.h"
+#include "experts/expert_store.h"
+#include "experts/memory_plan.h"
+#include "format/model_dir.h"
+#include "install/convert.h"
+#include "install/synth.h"
+
+namespace rw {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  return JoinPath(REDWING_BUILD_DIR, "test_tmp/experts/" + name + "." + std::to_string(getpid()));
+}
+
+// A tiny synthesized model (8 experts per layer, top-2) private to this process.
+std::string TinyModel(double skew = 0) {
+  static std::map<double, std::string> made;
+  if (made.count(skew)) return made[skew];
+  SynthOptions o;
+  o.geometry = "tiny";
+  o.seed = 21;
+  o.routing_skew = skew;
+  o.out_dir = TempDir("tiny" + std::to_string(static_cast<int>(skew * 10)));
+  o.overwrite = true;
+  EXPECT_TRUE(MakeDirectories(ParentPath(o.out_dir)).ok());
+  Status st = SynthesizeModel(o);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  static std::vector<std::string>* all = new std::vector<std::string>;
+  if (all->empty())
+    std::atexit([] {
+      for (const std::string& d : *all) (void)RemoveAll(d);
+    });
+  all->push_back(o.out_dir);
+  return made[skew] = o.out_dir;
+}
+
+MemoryNeeds Needs() {
+  MemoryNeeds n;
+  n.core_bytes = 1000;
+  n.kv_bytes = 200;
+  n.scratch_bytes = 50;
+  n.layers = 3;
+  n.experts_per_layer = 16;
+  n.top_k = 4;
+  n.expert_stride = 4096;
+  return n;
+}
+
+TEST(MemoryPlan, SlotsFromTheBudgetLeftAfterCoreKvAndScratch) {
+  const MemoryNeeds n = Needs();
+  const uint64_t fixed = 1250, row = 3 * 4096;
+  auto p = PlanMemory(fixed + 7 * row + 100, n);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->slots_per_layer, 7);
+  EXPECT_EQ(p->slot_bytes, 7 * row);
+  EXPECT_EQ(p->minimum_budget, fixed + 4 * row);
+  EXPECT_EQ(p->full_budget, fixed + 16 * row);
+  // More than every expert: capped at the expert count.
+  p = PlanMemory(uint64_t{1} << 40, n);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->slots_per_layer, 16);
+  // Exactly the minimum works; one byte less does not, and the error says the minimum.
+  EXPECT_TRUE(PlanMemory(fixed + 4 * row, n).ok());
+  auto small = PlanMemory(fixed + 4 * row - 1, n);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(small.status().message().find("the minimum is " + FormatBytes(fixed + 4 * row)),
+            std::string::npos)
+      << small.status().message();
+  // Below the fixed part alone.
+  EXPECT_FALSE(PlanMemory(10, n).ok());
+  MemoryNeeds bad = n;
+  bad.top_k = 17;
+  EXPECT_FALSE(PlanMemory(uint64_t{1} << 30, bad).ok());
+}
+
+std::unique_ptr<ExpertStore> OpenStore(const ModelDir& dir, const std::string& kind, int slots) {
+  ExpertStoreOptions o;
+  o.kind = kind;
+  o.slots_per_layer = slots;
+  o.io_threads = 3;
+  auto s = OpenExpertStore(dir, o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+Status Use(ExpertStore& s, int layer, std::vector<int> experts) {
+  std::vector<ExpertRef> refs(experts.size());
+  Status st = s.Acquire(layer, experts, refs.data());
+  if (st.ok()) s.Release(layer);
+  return st;
+}
+
+TEST(SlotStore, KeepsTheFrequentExpertAndEvictsTheRarelyUsedOne) {
+  auto dir = ModelDir::Open(TinyModel());
+  ASSERT_TRUE(dir.ok());
+  auto store = OpenStore(*dir, "slots", 2);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(Use(*store, 0, {0, 1}).ok());  // 2 misses
+  ASSERT_TRUE(Use(*store, 0, {0}).ok());     // hit
+  ASSERT_TRUE(Use(*store, 0, {0}).ok());     // hit
+  EXPECT_EQ(store->stats().misses, 2u);
+  EXPECT_EQ(store->stats().hits, 2u);
+  ASSERT_TRUE(Use(*store, 0, {2}).ok());  // miss: evicts 1 (used once), not 0 (used thrice)
+  ASSERT_TRUE(Use(*store, 0, {0}).ok());  // still a hit
+  EXPECT_EQ(store->stats().hits, 3u);
+  ASSERT_TRUE(Use(*store, 0, {1}).ok());  // 1 was evicted: a miss
+  EXPECT_EQ(store->stats().misses, 4u);
+  // Other layers have their own slots.
+  ASSERT_TRUE(Use(*store, 1, {0}).ok());
+  EXPECT_EQ(store->stats().misses, 5u);
+  // More experts than slots at once is refused, not a deadlock.
+  EXPECT_FALSE(Use(*store, 0, {3, 4, 5}).ok());
+  EXPECT_EQ(store->stats().bytes_read, 5 * dir->experts()->layers[0].layout.stride);
+}
+
+TEST(SlotStore, EarlyReadsAreUsedAndNeverEvictHeldExperts) {
+  auto dir = ModelDir::Open(TinyModel());
+  ASSERT_TRUE(dir.ok());
+  auto store = OpenStore(*dir, "slots", 3);
+  ASSERT_NE(store, nullptr);
+  std::vector<ExpertRef> refs(2);
+  ASSERT_TRUE(store->Acquire(0, std::vector<int>{4, 5}, refs.data()).ok());
+  const std::vector<uint8_t> held(refs[0].blob, refs[0].blob + 64);
+  store->Prefetch(0, std::vector<int>{6, 7});  // one free slot: only 6 fits
+  // The held experts' memory is untouched by the early read.
+  EXPECT_EQ(0, std::memcmp(held.data(), refs[0].blob, held.size()));
+  store->Release(0);
+  std::vector<uint8_t> resident(1, 0);
+  ASSERT_TRUE(store->Begin(0, std::vector<int>{6}, resident.data()).ok());
+  ASSERT_TRUE(store->Wait(0, 0).ok());
+  store->Release(0);
+  EXPECT_EQ(store->stats().prefetches, 1u);
+  EXPECT_EQ(store->stats().prefetch_used, 1u);
+}
+
+// Flips one byte inside expert `e` of layer `l` of a copy of the model.
+std::string DamagedCopy(const std::string& src, int l, int e) {
+  const std::string dst = TempDir("damaged");
+  EXPECT_TRUE(RemoveAll(dst).ok());
+  EXPECT_EQ(std::system(("cp -r '" + src + "' '" + dst + "'").c_str()), 0);
+  auto dir = ModelDir::Open(dst);
+  EXPECT_TRUE(dir.ok());
+  const ExpertLayerInfo& info = dir->experts()->layers[l];
+  const std::string path = dir->FilePath(info.file);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  const uint64_t off = info.layout.stride * e + 100;
+  f.seekg(static_cast<std::streamoff>(off));
+  char c;
+  f.read(&c, 1);
+  c ^= 0x5a;
+  f.seekp(static_cast<std::streamoff>(off));
+  f.write(&c, 1);
+  return dst;
+}
+
+TEST(ExpertStores, AFlippedByteIsAnErrorNamingFileAndExpertAndTheStoreStaysUsable) {
+  const std::string damaged = DamagedCopy(TinyModel(), 1, 3);
+  for (const char* kind : {"slots", "mmap"}) {
+    SCOPED_TRACE(kind);
+    auto dir = ModelDir::Open(damaged);
+    ASSERT_TRUE(dir.ok());
+    auto store = OpenStore(*dir, kind, 4);
+    ASSERT_NE(store, nullptr);
+    Status st = Use(*store, 1, {2, 3});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), ErrorCode::kCorrupt);
+    EXPECT_NE(st.message().find("layer_001.bin"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("expert 3 of layer 1"), std::string::npos) << st.message();
+    EXPECT_EQ(store->stats().checksum_failures, 2u) << "one re-read, then the error";
+    EXPECT_TRUE(Use(*store, 1, {2, 4}).ok());
+    EXPECT_TRUE(Use(*store, 0, {3}).ok());
+    EXPECT_FALSE(Use(*store, 1, {3}).ok()) << "the bad blob stays an error";
+  }
+  (void)RemoveAll(damaged);
+}
+
+// Logits of a prompt under one store configuration.
+std::vector<float> Logits(const std::string& model, const std::string& kind, uint64_t budget,
+                          const std::vector<int>& ids, int64_t chunk, std::string* plan = nullptr) {
+  EngineOptions o;
+  o.model_dir = model;
+  o.expert_store = kind;
+  o.memory_budget = budget;
+  o.threads = 2;
+  o.max_context = 512;
+  o.prefill_chunk = chunk;
+  auto engine = Engine::Load(o);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (!engine.ok()) return {};
+  if (plan && (*engine)->model().memory_plan())
+    *plan = (*engine)->model().memory_plan()->Describe();
+  auto s = (*engine)->NewSession();
+  auto all = s->Prefill(ids, true);
+  EXPECT_TRUE(all.ok());
+  std::vector<float> out = *all;
+  // And decode a few tokens (one token at a time takes the other path).
+  for (int t = 0; t < 6; ++t) {
+    auto d = s->Decode((ids[t] * 7 + 3) % (*engine)->config().vocab_size);
+    EXPECT_TRUE(d.ok());
+    out.insert(out.end(), d->begin(), d->end());
+  }
+  return out;
+}
+
+TEST(ExpertStores, EveryStoreGivesBitIdenticalLogits) {
+  std::vector<std::string> models = {TinyModel(), TinyModel(2.0)};
+  // The golden fixtures too.
+  for (const char* fx : {"moe_h128_l3_k2", "moe_h64_l12_k4_g32", "moe_h64_l4_k3"}) {
+    ConvertOptions co;
+    co.source_dir =
+        JoinPath(REDWING_SOURCE_DIR, std::string("tests/fixtures/golden/") + fx + "/mlx");
+    co.out_dir = TempDir(std::string("fx_") + fx);
+    co.quantize = "keep";
+    (void)RemoveAll(co.out_dir);
+    ASSERT_TRUE(ConvertCheckpoint(co).ok());
+    models.push_back(co.out_dir);
+  }
+  for (const std::string& m : models) {
+    SCOPED_TRACE(m);
+    auto dir = ModelDir::Open(m);
+    ASSERT_TRUE(dir.ok());
+    const ModelConfig& c = dir->config();
+    std::vector<int> ids{2};
+    for (int i = 1; i < 40; ++i) ids.push_back((i * 131 + 17) % c.vocab_size);
+    const std::vector<float> ref = Logits(m, "mmap", 0, ids, 16);
+    ASSERT_FALSE(ref.empty());
+    // A slot for every expert, then the planner's minimum (top_k slots per layer: prefill runs
+    // in batches) and a budget between.
+    const std::vector<float> unlimited = Logits(m, "slots", 0, ids, 16);
+    ASSERT_EQ(unlimited.size(), ref.size());
+    EXPECT_EQ(0, std::memcmp(unlimited.data(), ref.data(), ref.size() * sizeof(float)));
+    EngineOptions tiny_budget;
+    tiny_budget.model_dir = m;
+    tiny_budget.max_context = 512;
+    tiny_budget.prefill_chunk = 16;
+    tiny_budget.expert_store = "slots";
+    tiny_budget.memory_budget = 1;
+    auto too_small = Engine::Load(tiny_budget);
+    ASSERT_FALSE(too_small.ok());
+    EXPECT_NE(too_small.status().message().find("the minimum is"), std::string::npos)
+        << too_small.status().message();
+    tiny_budget.memory_budget = 0;
+    auto full = Engine::Load(tiny_budget);
+    ASSERT_TRUE(full.ok());
+    const MemoryPlan* plan = (*full)->model().memory_plan();
+    ASSERT_NE(plan, nullptr);
+    for (uint64_t budget : {plan->minimum_budget, (plan->minimum_budget + plan->full_budget) / 2}) {
+      std::string described;
+      const std::vector<float> got = Logits(m, "slots", budget, ids, 16, &described);
+      SCOPED_TRACE(described);
+      ASSERT_EQ(got.size(), ref.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)));
+    }
+  }
+  for (size_t i = 2; i < models.size(); ++i) (void)RemoveAll(models[i]);
+}
+
+}  // namespace
+}  // namespace rw
