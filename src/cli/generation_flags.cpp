@@ -22,6 +22,12 @@ void AddEngineFlags(Flags& flags) {
                "slots: bytes for the core, KV cache, scratch and expert slots, e.g. 2G (0: a slot "
                "for every expert)");
   flags.Int("io-threads", 8, "expert reads in flight");
+  flags.String("io-backend", "auto",
+               "expert reads: auto (io_uring where the kernel allows it, else pread), io_uring, "
+               "pread");
+  flags.String("early-expert-read", "off",
+               "read the next layer's likely experts early: off, or router (its router on the "
+               "current hidden state)");
 }
 
 Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -46,6 +52,14 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   if (io < 1 || io > 256)
     return Error(ErrorCode::kInvalidArgument, "--io-threads must be in 1..256, not {}", io);
   o.io_threads = static_cast<int>(io);
+  o.io_backend = flags.GetString("io-backend");
+  if (o.io_backend != "auto" && o.io_backend != "io_uring" && o.io_backend != "pread")
+    return Error(ErrorCode::kInvalidArgument,
+                 "--io-backend must be auto, io_uring or pread, not '{}'", o.io_backend);
+  o.early_expert_read = flags.GetString("early-expert-read");
+  if (o.early_expert_read != "off" && o.early_expert_read != "router")
+    return Error(ErrorCode::kInvalidArgument, "--early-expert-read must be off or router, not '{}'",
+                 o.early_expert_read);
   return o;
 }
 

@@ -21,6 +21,8 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   ModelOpenOptions mo;
   mo.experts.kind = o.expert_store;
   mo.experts.io_threads = o.io_threads;
+  mo.experts.io_backend = o.io_backend;
+  mo.early_expert_read = o.early_expert_read;
   mo.memory_budget = o.memory_budget;
   mo.max_context = std::max<int64_t>(1, o.max_context);
   mo.prefill_chunk = o.prefill_chunk;

@@ -32,8 +32,12 @@ struct EngineOptions {
   // Routed experts: "mmap" (the page cache holds them) or "slots" (private slots sized by
   // memory_budget, read with parallel preads).
   std::string expert_store = "mmap";
-  uint64_t memory_budget = 0;  // slots: bytes for core + KV + scratch + slots (0: no limit)
-  int io_threads = 8;          // expert reads in flight
+  uint64_t memory_budget = 0;       // slots: bytes for core + KV + scratch + slots (0: no limit)
+  int io_threads = 8;               // expert reads in flight
+  std::string io_backend = "auto";  // auto | io_uring | pread
+  // Early reads for the next layer's experts: "off", or "router" (the next layer's router
+  // applied to the current hidden state, one token at a time).
+  std::string early_expert_read = "off";
 };
 
 class Session;

@@ -29,6 +29,14 @@ Status PreadAll(const BlobSource& src, uint64_t offset, uint8_t* dst, uint64_t n
 
 }  // namespace
 
+Status ExpertChecksumError(const BlobSource& src, int layer, int expert) {
+  const uint64_t offset = src.stride * static_cast<uint64_t>(expert);
+  return Error(ErrorCode::kCorrupt,
+               "{}: expert {} of layer {} (bytes {}..{}) fails its checksum on every read; the "
+               "file is damaged (redwing verify names every bad blob; reinstall the model)",
+               src.path, expert, layer, offset, offset + src.stride);
+}
+
 Status ReadExpertBlob(const BlobSource& src, int layer, int expert, uint8_t* dst, bool verify,
                       uint64_t expected_xxh3, int* checksum_failures, int attempts) {
   *checksum_failures = 0;
@@ -38,11 +46,7 @@ Status ReadExpertBlob(const BlobSource& src, int layer, int expert, uint8_t* dst
     if (!verify || Xxh3_64(dst, src.stride) == expected_xxh3) return Status::Ok();
     ++*checksum_failures;
   }
-  return Error(
-      ErrorCode::kCorrupt,
-      "{}: expert {} of layer {} (bytes {}..{}) fails its checksum on every read; the file is "
-      "damaged (redwing verify names every bad blob; reinstall the model)",
-      src.path, expert, layer, offset, offset + src.stride);
+  return ExpertChecksumError(src, layer, expert);
 }
 
 }  // namespace rw

@@ -14,6 +14,9 @@ struct BlobSource {
   uint64_t stride = 0;
 };
 
+// The error for a blob that failed its checksum on every read.
+Status ExpertChecksumError(const BlobSource& src, int layer, int expert);
+
 // Reads expert e's stride bytes into dst with pread. When expected_xxh3 is given (verify), a
 // mismatch is re-read once; a second mismatch is kCorrupt naming the file and expert.
 // *checksum_failures counts mismatches seen (0, 1 or 2).

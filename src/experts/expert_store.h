@@ -39,10 +39,11 @@ struct ExpertStoreStats {
 };
 
 struct ExpertStoreOptions {
-  std::string kind = "mmap";  // mmap | slots
-  int slots_per_layer = 0;    // slots: experts held per layer (from the memory planner)
-  int io_threads = 8;         // reads in flight
-  bool verify = true;         // XXH3 of every blob read from storage
+  std::string kind = "mmap";        // mmap | slots
+  int slots_per_layer = 0;          // slots: experts held per layer (from the memory planner)
+  int io_threads = 8;               // reads in flight
+  std::string io_backend = "auto";  // auto (io_uring if the kernel allows) | io_uring | pread
+  bool verify = true;               // XXH3 of every blob read from storage
 };
 
 class ExpertStore {
@@ -68,6 +69,7 @@ class ExpertStore {
 
   virtual ExpertStoreStats stats() const = 0;
   virtual const char* kind() const = 0;
+  virtual const char* io_backend() const = 0;  // "io_uring" or "pread"
 };
 
 // Opens the store `options.kind` over the model directory's experts. `dir` must outlive it.

@@ -33,7 +33,7 @@ bool Resident(const uint8_t* p, uint64_t n, std::vector<unsigned char>* vec) {
 
 class MmapExpertStore final : public ExpertStore {
  public:
-  explicit MmapExpertStore(const ExpertStoreOptions& o) : opt_(o), io_(o.io_threads) {}
+  explicit MmapExpertStore(const ExpertStoreOptions& o) : opt_(o) {}
   ~MmapExpertStore() override {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return loading_ == 0; });
@@ -43,6 +43,7 @@ class MmapExpertStore final : public ExpertStore {
   }
 
   Status Open(const ModelDir& dir) {
+    RW_ASSIGN_OR_RETURN(io_, ReadQueue::Create(opt_.io_backend, opt_.io_threads));
     const ExpertIndex* idx = dir.experts();
     if (idx == nullptr)
       return Error(ErrorCode::kNotFound, "{}: the model has no routed experts", dir.path());
@@ -61,6 +62,7 @@ class MmapExpertStore final : public ExpertStore {
       L.src.fd = ::open(L.src.path.c_str(), O_RDONLY | O_CLOEXEC);
       if (L.src.fd < 0) return Error(ErrorCode::kIo, "{}: {}", L.src.path, std::strerror(errno));
       L.verified.assign(num_experts_, 0);
+      L.prefetched.assign(num_experts_, 0);
     }
     return Status::Ok();
   }
@@ -81,6 +83,10 @@ class MmapExpertStore final : public ExpertStore {
       const int e = experts[i];
       Req& r = L.req[i];
       r.expert = e;
+      if (L.prefetched[e]) {
+        L.prefetched[e] = 0;
+        ++stats_.prefetch_used;
+      }
       const bool in_memory = Resident(Blob(L, e), L.src.stride, &mincore_buf_);
       if (resident) resident[i] = in_memory ? 1 : 0;
       if (in_memory) {
@@ -91,7 +97,7 @@ class MmapExpertStore final : public ExpertStore {
       ++stats_.misses;
       r.state = ReqState::kLoading;
       ++loading_;
-      io_.Submit([this, layer, i, e] { ReadOne(layer, i, e); }, /*demand=*/true);
+      SubmitRead(layer, e, /*demand=*/true, /*attempt=*/0, static_cast<int>(i));
     }
     stats_.acquires += n;
     stats_.bytes_acquired += n * L.info->layout.blob_size;
@@ -146,20 +152,8 @@ class MmapExpertStore final : public ExpertStore {
       if (e < 0 || e >= num_experts_ || Resident(Blob(L, e), L.src.stride, &mincore_buf_)) continue;
       ++stats_.prefetches;
       ++loading_;
-      io_.Submit(
-          [this, layer, e] {
-            Layer& L = layers_[layer];
-            std::vector<uint8_t>& buf = ScratchBuffer(L.src.stride);
-            int fails = 0;
-            Status st =
-                ReadExpertBlob(L.src, layer, e, buf.data(), opt_.verify, L.info->xxh3[e], &fails);
-            std::lock_guard<std::mutex> lock(mu_);
-            stats_.bytes_read += L.src.stride;
-            if (st.ok() && opt_.verify) L.verified[e] = 1;
-            --loading_;
-            cv_.notify_all();
-          },
-          /*demand=*/false);
+      L.prefetched[e] = 1;
+      SubmitRead(layer, e, /*demand=*/false, /*attempt=*/0, /*req=*/-1);
     }
   }
 
@@ -169,6 +163,7 @@ class MmapExpertStore final : public ExpertStore {
     return stats_;
   }
   const char* kind() const override { return "mmap"; }
+  const char* io_backend() const override { return io_->backend(); }
 
  private:
   enum class ReqState { kReady, kLoading, kFailed };
@@ -181,7 +176,8 @@ class MmapExpertStore final : public ExpertStore {
     const ExpertLayerInfo* info = nullptr;
     MappedFile map;
     BlobSource src;
-    std::vector<uint8_t> verified;  // per expert: its XXH3 matched once
+    std::vector<uint8_t> verified;    // per expert: its XXH3 matched once
+    std::vector<uint8_t> prefetched;  // per expert: read early, not yet requested
     bool busy = false;
     std::vector<Req> req;
   };
@@ -190,29 +186,45 @@ class MmapExpertStore final : public ExpertStore {
     return L.map.data() + L.src.stride * static_cast<uint64_t>(e);
   }
 
-  // One reusable buffer per I/O thread: pread fills the page cache through it.
-  static std::vector<uint8_t>& ScratchBuffer(uint64_t n) {
-    thread_local std::vector<uint8_t> buf;
-    if (buf.size() < n) buf.resize(n);
-    return buf;
-  }
-
-  void ReadOne(int layer, size_t i, int e) {
+  // Reads expert e through the page cache (the bytes land in a queue buffer; the mapping then
+  // finds the pages resident) and checks its XXH3; a mismatch is read once more. req >= 0: the
+  // index of the current request waiting for it; -1: an early read.
+  void SubmitRead(int layer, int e, bool demand, int attempt, int req) {
     Layer& L = layers_[layer];
-    std::vector<uint8_t>& buf = ScratchBuffer(L.src.stride);
-    int fails = 0;
-    Status st = ReadExpertBlob(L.src, layer, e, buf.data(), opt_.verify, L.info->xxh3[e], &fails);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      Req& r = L.req[i];
-      r.state = st.ok() ? ReqState::kReady : ReqState::kFailed;
-      r.error = st;
-      if (st.ok() && opt_.verify) L.verified[e] = 1;
-      stats_.checksum_failures += fails;
-      stats_.bytes_read += L.src.stride * (1 + std::min(fails, 1));
-      --loading_;
-    }
-    cv_.notify_all();
+    ReadJob job;
+    job.fd = L.src.fd;
+    job.path = L.src.path;
+    job.offset = L.src.stride * static_cast<uint64_t>(e);
+    job.length = L.src.stride;
+    job.done = [this, layer, e, demand, attempt, req](const Status& io, const uint8_t* data) {
+      Layer& L = layers_[layer];
+      Status st = io;
+      const bool bad = st.ok() && opt_.verify && Xxh3_64(data, L.src.stride) != L.info->xxh3[e];
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.bytes_read += L.src.stride;
+        if (bad) ++stats_.checksum_failures;
+      }
+      if (bad && attempt == 0) {
+        posix_fadvise(L.src.fd, static_cast<off_t>(L.src.stride * e),
+                      static_cast<off_t>(L.src.stride), POSIX_FADV_DONTNEED);
+        SubmitRead(layer, e, demand, 1, req);
+        return;
+      }
+      if (bad) st = ExpertChecksumError(L.src, layer, e);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (st.ok() && opt_.verify) L.verified[e] = 1;
+        if (req >= 0) {
+          Req& r = L.req[req];
+          r.state = st.ok() ? ReqState::kReady : ReqState::kFailed;
+          r.error = st;
+        }
+        --loading_;
+      }
+      cv_.notify_all();
+    };
+    io_->Submit(std::move(job), demand);
   }
 
   Status VerifyMapped(Layer& L, int layer, int e) {
@@ -223,7 +235,7 @@ class MmapExpertStore final : public ExpertStore {
     }
     posix_fadvise(L.src.fd, static_cast<off_t>(L.src.stride * e), static_cast<off_t>(L.src.stride),
                   POSIX_FADV_DONTNEED);
-    std::vector<uint8_t>& buf = ScratchBuffer(L.src.stride);
+    std::vector<uint8_t> buf(L.src.stride);
     int fails = 0;
     // The mapped bytes were the first read; this is the one re-read.
     Status st = ReadExpertBlob(L.src, layer, e, buf.data(), true, L.info->xxh3[e], &fails, 1);
@@ -245,7 +257,7 @@ class MmapExpertStore final : public ExpertStore {
   ExpertStoreStats stats_;
   std::vector<unsigned char> mincore_buf_;
   int loading_ = 0;
-  ReadQueue io_;
+  std::unique_ptr<ReadQueue> io_;
 };
 
 }  // namespace

@@ -1,42 +1,39 @@
-// A small pool of I/O threads with two priorities: demand reads (a layer is waiting) go before
-// early reads (prefetch). A queued early read can be promoted when it turns out to be needed.
+// Reads of whole expert blobs, scheduled with two priorities: demand reads (a layer is waiting)
+// go before early reads (guesses for the next layer), and a queued early read can be promoted.
+// Two backends: io_uring (one thread keeps up to `depth` reads in flight) where the kernel
+// allows it, else `depth` threads calling pread. "auto" probes io_uring once and falls back.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
 
 namespace rw {
 
+struct ReadJob {
+  int fd = -1;
+  std::string path;  // for messages
+  uint64_t offset = 0, length = 0;
+  // Destination; null: a buffer owned by the queue, valid during done.
+  uint8_t* dst = nullptr;
+  // Called on an I/O thread with the outcome (a short file or an I/O error) and the bytes.
+  std::function<void(const Status& status, const uint8_t* data)> done;
+};
+
 class ReadQueue {
  public:
-  explicit ReadQueue(int threads);
-  ~ReadQueue();
-  ReadQueue(const ReadQueue&) = delete;
-  ReadQueue& operator=(const ReadQueue&) = delete;
-
+  virtual ~ReadQueue() = default;
   // Returns an id for Promote.
-  uint64_t Submit(std::function<void()> job, bool demand);
-  // Moves a queued early read to the demand queue; false if it already started or finished.
-  bool Promote(uint64_t id);
+  virtual uint64_t Submit(ReadJob job, bool demand) = 0;
+  // Moves a queued early read to the demand queue; false if it already started.
+  virtual bool Promote(uint64_t id) = 0;
+  virtual const char* backend() const = 0;  // "io_uring" or "pread"
 
- private:
-  struct Job {
-    uint64_t id;
-    std::function<void()> fn;
-  };
-  void Loop();
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> demand_, early_;
-  uint64_t next_id_ = 1;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
+  // backend: "auto", "io_uring" or "pread". Pending jobs finish before destruction.
+  static Result<std::unique_ptr<ReadQueue>> Create(const std::string& backend, int depth);
 };
 
 }  // namespace rw

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "base/check.h"
+#include "base/hash.h"
 #include "base/timer.h"
 #include "experts/blob_read.h"
 #include "experts/expert_store.h"
@@ -25,7 +26,7 @@ constexpr double kDecay = 0.98;
 
 class SlotExpertStore final : public ExpertStore {
  public:
-  explicit SlotExpertStore(const ExpertStoreOptions& o) : opt_(o), io_(o.io_threads) {}
+  explicit SlotExpertStore(const ExpertStoreOptions& o) : opt_(o) {}
   ~SlotExpertStore() override {
     // Drain reads in flight before the buffers go away.
     std::unique_lock<std::mutex> lock(mu_);
@@ -38,6 +39,7 @@ class SlotExpertStore final : public ExpertStore {
   }
 
   Status Open(const ModelDir& dir) {
+    RW_ASSIGN_OR_RETURN(io_, ReadQueue::Create(opt_.io_backend, opt_.io_threads));
     const ExpertIndex* idx = dir.experts();
     if (idx == nullptr)
       return Error(ErrorCode::kNotFound, "{}: the model has no routed experts", dir.path());
@@ -109,7 +111,7 @@ class SlotExpertStore final : public ExpertStore {
         StartRead(layer, s, e, /*demand=*/true);  // a failed early read: try again
         ++stats_.misses;
       } else {
-        io_.Promote(slot.job);  // an early read turned into a demand
+        io_->Promote(slot.job);  // an early read turned into a demand
         ++stats_.misses;
       }
     }
@@ -183,6 +185,7 @@ class SlotExpertStore final : public ExpertStore {
     return stats_;
   }
   const char* kind() const override { return "slots"; }
+  const char* io_backend() const override { return io_->backend(); }
 
  private:
   enum class State { kEmpty, kLoading, kReady, kFailed };
@@ -248,24 +251,42 @@ class SlotExpertStore final : public ExpertStore {
     slot.state = State::kLoading;
     L.slot_of[e] = s;
     ++loading_;
-    uint8_t* dst = L.mem + L.info->layout.stride * static_cast<uint64_t>(s);
-    slot.job = io_.Submit(
-        [this, layer, s, e, dst] {
-          Layer& L = layers_[layer];
-          int fails = 0;
-          Status st = ReadExpertBlob(L.src, layer, e, dst, opt_.verify, L.info->xxh3[e], &fails);
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            Slot& slot = L.slots[s];
-            slot.state = st.ok() ? State::kReady : State::kFailed;
-            slot.error = st;
-            stats_.checksum_failures += fails;
-            stats_.bytes_read += L.src.stride * (1 + std::min(fails, 1));
-            --loading_;
-          }
-          cv_.notify_all();
-        },
-        demand);
+    slot.job = SubmitRead(layer, s, e, demand, /*attempt=*/0);
+  }
+
+  // Queues the read of expert e into slot s; a checksum mismatch is read once more.
+  uint64_t SubmitRead(int layer, int s, int e, bool demand, int attempt) {
+    Layer& L = layers_[layer];
+    ReadJob job;
+    job.fd = L.src.fd;
+    job.path = L.src.path;
+    job.offset = L.src.stride * static_cast<uint64_t>(e);
+    job.length = L.src.stride;
+    job.dst = L.mem + L.src.stride * static_cast<uint64_t>(s);
+    job.done = [this, layer, s, e, demand, attempt](const Status& io, const uint8_t* data) {
+      Layer& L = layers_[layer];
+      Status st = io;
+      bool bad = st.ok() && opt_.verify && Xxh3_64(data, L.src.stride) != L.info->xxh3[e];
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.bytes_read += L.src.stride;
+        if (bad) ++stats_.checksum_failures;
+      }
+      if (bad && attempt == 0) {
+        SubmitRead(layer, s, e, true, 1);
+        return;
+      }
+      if (bad) st = ExpertChecksumError(L.src, layer, e);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        Slot& slot = L.slots[s];
+        slot.state = st.ok() ? State::kReady : State::kFailed;
+        slot.error = st;
+        --loading_;
+      }
+      cv_.notify_all();
+    };
+    return io_->Submit(std::move(job), demand);
   }
 
   ExpertStoreOptions opt_;
@@ -276,7 +297,7 @@ class SlotExpertStore final : public ExpertStore {
   ExpertStoreStats stats_;
   uint64_t tick_ = 0;
   int loading_ = 0;
-  ReadQueue io_;  // last: its threads stop before the layers go away
+  std::unique_ptr<ReadQueue> io_;  // last: its threads stop before the layers go away
 };
 
 }  // namespace

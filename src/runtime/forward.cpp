@@ -89,6 +89,8 @@ ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
     ex_g_.resize(rows * I);
     ex_u_.resize(rows * I);
     ex_y_.resize(M * k * H);  // every (token, expert) output until they are summed
+    early_r_.resize(H);
+    early_logits_.resize(c_.num_experts);
   }
   rope_cos_s_.resize(M * c_.sliding.head_dim / 2);
   rope_sin_s_.resize(M * c_.sliding.head_dim / 2);
@@ -296,7 +298,25 @@ Status ForwardPass::ExpertsBegin(int li, int64_t m) {
     batches_.push_back({i, std::min(used_.size(), i + cap)});
   resident_.assign(used_.size(), 0);
   const auto [b0, b1] = batches_[0];
-  return store->Begin(li, std::span<const int>(&used_[b0], b1 - b0), &resident_[b0]);
+  RW_RETURN_IF_ERROR(store->Begin(li, std::span<const int>(&used_[b0], b1 - b0), &resident_[b0]));
+  if (m == 1 && model_.early_reads_by_router() && li + 1 < c_.num_layers) EarlyReads(li + 1);
+  return Status::Ok();
+}
+
+// Guesses layer `next`'s experts by applying its router to the current residual (the real input
+// will differ by this layer's update) and asks the store to read them at low priority.
+void ForwardPass::EarlyReads(int next) {
+  const LayerView& N = model_.layer(next);
+  const int64_t H = c_.hidden_size, E = c_.num_experts, k = c_.top_k;
+  cpu::RmsNormRows(x_.data(), early_r_.data(), 1, H, nullptr, static_cast<float>(c_.rms_norm_eps));
+  cpu::Mul(early_r_.data(), N.router_scale.data(), H);
+  cpu::Scale(early_r_.data(), static_cast<float>(std::pow(static_cast<double>(H), -0.5)), H);
+  cpu::MatVec(N.router, early_r_.data(), early_logits_.data(), nullptr);
+  std::vector<int> idx(k);
+  std::vector<float> w(k);
+  RouteTopK(early_logits_.data(), static_cast<int>(E), static_cast<int>(k),
+            N.per_expert_scale.data(), idx.data(), w.data());
+  model_.experts()->Prefetch(next, idx);
 }
 
 // Computes batch b (already Begun): experts that were resident first, the rest as they arrive.

@@ -63,6 +63,7 @@ class ForwardPass {
   Status ExpertsBegin(int li, int64_t m);
   Status Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st);
   Status RunExpertBatch(int li, size_t b, ThreadPool* pool);
+  void EarlyReads(int next);
   void Head(int64_t row0, int64_t rows, float* logits, ThreadPool* pool);
 
   const RuntimeModel& model_;
@@ -89,6 +90,7 @@ class ForwardPass {
   std::vector<std::pair<size_t, size_t>> batches_;
   std::vector<uint8_t> resident_;
   bool single_token_ = false;
+  std::vector<float> early_r_, early_logits_;  // the next layer's router guess
   std::vector<float> rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [m][hd/2]
 };
 

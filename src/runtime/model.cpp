@@ -108,6 +108,10 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
     for (int i = 0; i < c.num_layers; ++i)
       RW_RETURN_IF_ERROR(
           ValidateExpertLayout(c, idx->layers[i].layout, fmt::format("{} layer {}", path, i)));
+    if (o.early_expert_read != "off" && o.early_expert_read != "router")
+      return Error(ErrorCode::kInvalidArgument,
+                   "early expert reads must be off or router, not '{}'", o.early_expert_read);
+    m->early_router_ = o.early_expert_read == "router";
     ExpertStoreOptions eo = o.experts;
     if (eo.kind == "slots") {
       const ExpertLayout& layout = idx->layers[0].layout;

@@ -46,6 +46,7 @@ struct ModelOpenOptions {
   uint64_t memory_budget = 0;
   // What the planner reserves for the KV cache and scratch.
   int64_t max_context = 8192, prefill_chunk = 128;
+  std::string early_expert_read = "off";  // off | router
 };
 
 class RuntimeModel {
@@ -64,6 +65,7 @@ class RuntimeModel {
   ExpertStore* experts() const { return experts_.get(); }
   // The slots store's plan (null for mmap or a dense model).
   const MemoryPlan* memory_plan() const { return plan_ ? &*plan_ : nullptr; }
+  bool early_reads_by_router() const { return early_router_; }
   // Bytes of core weights read per decoded token (everything but the embedding rows), and the
   // size of one expert blob.
   uint64_t core_bytes_per_token() const { return core_bytes_per_token_; }
@@ -77,6 +79,7 @@ class RuntimeModel {
   std::vector<float> inv_freq_sliding_, inv_freq_full_;
   std::unique_ptr<ExpertStore> experts_;
   std::optional<MemoryPlan> plan_;
+  bool early_router_ = false;
   uint64_t core_bytes_per_token_ = 0;
 };
 

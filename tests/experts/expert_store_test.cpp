@@ -1,8 +1,12 @@
 // Expert stores: the memory planner, the slots store's replacement policy, checksum failures
 // (re-read once, then an error naming file and expert, the store still usable), early reads, and
 // the rule that streaming never changes the answer: every store gives bit-identical logits.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
 
 #include <cstring>
 #include <fstream>
@@ -11,6 +15,7 @@
 #include "engine/engine.h"
 #include "experts/expert_store.h"
 #include "experts/memory_plan.h"
+#include "experts/read_queue.h"
 #include "format/model_dir.h"
 #include "install/convert.h"
 #include "install/synth.h"
@@ -84,9 +89,11 @@ TEST(MemoryPlan, SlotsFromTheBudgetLeftAfterCoreKvAndScratch) {
   EXPECT_FALSE(PlanMemory(uint64_t{1} << 30, bad).ok());
 }
 
-std::unique_ptr<ExpertStore> OpenStore(const ModelDir& dir, const std::string& kind, int slots) {
+std::unique_ptr<ExpertStore> OpenStore(const ModelDir& dir, const std::string& kind, int slots,
+                                       const std::string& backend = "auto") {
   ExpertStoreOptions o;
   o.kind = kind;
+  o.io_backend = backend;
   o.slots_per_layer = slots;
   o.io_threads = 3;
   auto s = OpenExpertStore(dir, o);
@@ -264,6 +271,110 @@ TEST(ExpertStores, EveryStoreGivesBitIdenticalLogits) {
     }
   }
   for (size_t i = 2; i < models.size(); ++i) (void)RemoveAll(models[i]);
+}
+
+TEST(ReadQueue, FallsBackToPreadWhenIoUringIsUnavailable) {
+  setenv("REDWING_DISABLE_IO_URING", "1", 1);
+  auto fallback = ReadQueue::Create("auto", 4);
+  auto forced = ReadQueue::Create("io_uring", 4);
+  unsetenv("REDWING_DISABLE_IO_URING");
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_STREQ((*fallback)->backend(), "pread");
+  ASSERT_FALSE(forced.ok()) << "asking for io_uring explicitly must not silently fall back";
+  EXPECT_NE(forced.status().message().find("io_uring"), std::string::npos);
+  EXPECT_FALSE(ReadQueue::Create("aio", 4).ok());
+}
+
+TEST(ReadQueue, BothBackendsReadTheSameBytesWithShortFilesReported) {
+  auto dir = ModelDir::Open(TinyModel());
+  ASSERT_TRUE(dir.ok());
+  const ExpertLayerInfo& info = dir->experts()->layers[2];
+  const std::string path = dir->FilePath(info.file);
+  auto want = ReadFileToString(path);
+  ASSERT_TRUE(want.ok());
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  for (const char* backend : {"pread", "io_uring"}) {
+    SCOPED_TRACE(backend);
+    auto q = ReadQueue::Create(backend, 3);
+    if (!q.ok() && std::string(backend) == "io_uring") GTEST_SKIP() << q.status().ToString();
+    ASSERT_TRUE(q.ok());
+    const int n = dir->config().num_experts;
+    const uint64_t stride = info.layout.stride;
+    std::vector<uint8_t> got(stride * n, 0);
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
+    std::vector<Status> errors;
+    for (int e = n - 1; e >= 0; --e) {
+      ReadJob j;
+      j.fd = fd;
+      j.path = path;
+      j.offset = stride * e;
+      j.length = stride;
+      j.dst = e % 2 ? &got[stride * e] : nullptr;  // half into the queue's own buffers
+      j.done = [&, e](const Status& st, const uint8_t* data) {
+        if (st.ok() && e % 2 == 0) std::memcpy(&got[stride * e], data, stride);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!st.ok()) errors.push_back(st);
+        ++done;
+        cv.notify_all();
+      };
+      (*q)->Submit(std::move(j), e % 3 != 0);
+    }
+    // A read past the end is an error, not a hang.
+    ReadJob past;
+    past.fd = fd;
+    past.path = path;
+    past.offset = want->size() - 10;
+    past.length = 100;
+    Status past_status;
+    past.done = [&](const Status& st, const uint8_t*) {
+      std::lock_guard<std::mutex> lock(mu);
+      past_status = st;
+      ++done;
+      cv.notify_all();
+    };
+    (*q)->Submit(std::move(past), true);
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return done == n + 1; }));
+    EXPECT_TRUE(errors.empty());
+    EXPECT_EQ(0, std::memcmp(got.data(), want->data(), got.size()));
+    EXPECT_EQ(past_status.code(), ErrorCode::kCorrupt) << past_status.ToString();
+  }
+  close(fd);
+}
+
+TEST(ExpertStores, EarlyReadsByRouterKeepTheLogitsAndAreCounted) {
+  const std::string m = TinyModel(1.0);
+  std::vector<int> ids{2, 40, 7, 300, 12};
+  auto run = [&](const std::string& kind, const std::string& early, ExpertStoreStats* stats) {
+    EngineOptions o;
+    o.model_dir = m;
+    o.expert_store = kind;
+    o.early_expert_read = early;
+    o.threads = 2;
+    o.max_context = 256;
+    o.prefill_chunk = 8;
+    auto engine = Engine::Load(o);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    auto s = (*engine)->NewSession();
+    std::vector<float> out = *s->Prefill(ids, true);
+    for (int t = 0; t < 12; ++t) {
+      auto d = s->Decode((t * 37 + 5) % (*engine)->config().vocab_size);
+      out.insert(out.end(), d->begin(), d->end());
+    }
+    *stats = (*engine)->expert_stats();
+    return out;
+  };
+  ExpertStoreStats base, slots_early, mmap_early;
+  const auto ref = run("mmap", "off", &base);
+  const auto a = run("slots", "router", &slots_early);
+  const auto b = run("mmap", "router", &mmap_early);
+  EXPECT_EQ(0, std::memcmp(a.data(), ref.data(), ref.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(b.data(), ref.data(), ref.size() * sizeof(float)));
+  EXPECT_EQ(base.prefetches, 0u);
+  EXPECT_GT(slots_early.prefetches + slots_early.hits, 0u);
 }
 
 }  // namespace
