@@ -1,5 +1,6 @@
 #include "experts/blob_read.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,6 +29,38 @@ Status PreadAll(const BlobSource& src, uint64_t offset, uint8_t* dst, uint64_t n
 }
 
 }  // namespace
+
+Result<BlobSource> OpenBlobSource(const std::string& path, uint64_t stride, int num_experts) {
+  BlobSource src;
+  src.path = path;
+  src.stride = stride;
+  src.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (src.fd < 0) return Error(ErrorCode::kIo, "{}: {}", path, std::strerror(errno));
+  const off_t size = lseek(src.fd, 0, SEEK_END);
+  if (size < static_cast<off_t>(stride * static_cast<uint64_t>(num_experts))) {
+    CloseBlobSource(src);
+    return Error(ErrorCode::kCorrupt, "{}: {} bytes, {} experts × stride {} expected", path, size,
+                 num_experts, stride);
+  }
+  // Reads are whole blobs at random offsets: kernel readahead would only waste the disk.
+  posix_fadvise(src.fd, 0, 0, POSIX_FADV_RANDOM);
+  return src;
+}
+
+void CloseBlobSource(BlobSource& src) {
+  if (src.fd >= 0) ::close(src.fd);
+  src.fd = -1;
+}
+
+ReadJob BlobJob(const BlobSource& src, int expert, uint8_t* dst) {
+  ReadJob job;
+  job.fd = src.fd;
+  job.path = src.path;
+  job.offset = src.stride * static_cast<uint64_t>(expert);
+  job.length = src.stride;
+  job.dst = dst;
+  return job;
+}
 
 Status ExpertChecksumError(const BlobSource& src, int layer, int expert) {
   const uint64_t offset = src.stride * static_cast<uint64_t>(expert);

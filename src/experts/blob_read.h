@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "experts/read_queue.h"
 
 namespace rw {
 
@@ -13,6 +14,13 @@ struct BlobSource {
   std::string path;  // for messages
   uint64_t stride = 0;
 };
+
+// Opens a layer file for blob reads (fd closed by CloseBlobSource) after checking that it holds
+// num_experts strides.
+Result<BlobSource> OpenBlobSource(const std::string& path, uint64_t stride, int num_experts);
+void CloseBlobSource(BlobSource& src);
+// A read of expert e's whole stride (dst null: into the queue's buffer); done is left to fill.
+ReadJob BlobJob(const BlobSource& src, int expert, uint8_t* dst);
 
 // The error for a blob that failed its checksum on every read.
 Status ExpertChecksumError(const BlobSource& src, int layer, int expert);

@@ -38,8 +38,7 @@ class MmapExpertStore final : public ExpertStore {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return loading_ == 0; });
     lock.unlock();
-    for (Layer& L : layers_)
-      if (L.src.fd >= 0) close(L.src.fd);
+    for (Layer& L : layers_) CloseBlobSource(L.src);
   }
 
   Status Open(const ModelDir& dir) {
@@ -53,14 +52,9 @@ class MmapExpertStore final : public ExpertStore {
       const ExpertLayerInfo& info = idx->layers[l];
       Layer& L = layers_[l];
       L.info = &info;
-      RW_ASSIGN_OR_RETURN(L.map, MappedFile::Open(dir.FilePath(info.file)));
-      if (L.map.size() < info.layout.stride * static_cast<uint64_t>(num_experts_))
-        return Error(ErrorCode::kCorrupt, "{}: {} bytes, {} experts × stride {} expected",
-                     L.map.path(), L.map.size(), num_experts_, info.layout.stride);
-      L.src.path = L.map.path();
-      L.src.stride = info.layout.stride;
-      L.src.fd = ::open(L.src.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (L.src.fd < 0) return Error(ErrorCode::kIo, "{}: {}", L.src.path, std::strerror(errno));
+      RW_ASSIGN_OR_RETURN(
+          L.src, OpenBlobSource(dir.FilePath(info.file), info.layout.stride, num_experts_));
+      RW_ASSIGN_OR_RETURN(L.map, MappedFile::Open(L.src.path));
       L.verified.assign(num_experts_, 0);
       L.prefetched.assign(num_experts_, 0);
     }
@@ -191,11 +185,7 @@ class MmapExpertStore final : public ExpertStore {
   // index of the current request waiting for it; -1: an early read.
   void SubmitRead(int layer, int e, bool demand, int attempt, int req) {
     Layer& L = layers_[layer];
-    ReadJob job;
-    job.fd = L.src.fd;
-    job.path = L.src.path;
-    job.offset = L.src.stride * static_cast<uint64_t>(e);
-    job.length = L.src.stride;
+    ReadJob job = BlobJob(L.src, e, nullptr);
     job.done = [this, layer, e, demand, attempt, req](const Status& io, const uint8_t* data) {
       Layer& L = layers_[layer];
       Status st = io;

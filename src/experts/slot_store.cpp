@@ -34,7 +34,7 @@ class SlotExpertStore final : public ExpertStore {
     lock.unlock();
     for (Layer& L : layers_) {
       if (L.mem != nullptr) munmap(L.mem, L.mem_bytes);
-      if (L.src.fd >= 0) close(L.src.fd);
+      CloseBlobSource(L.src);
     }
   }
 
@@ -53,16 +53,8 @@ class SlotExpertStore final : public ExpertStore {
       const ExpertLayerInfo& info = idx->layers[l];
       Layer& L = layers_[l];
       L.info = &info;
-      L.src.path = dir.FilePath(info.file);
-      L.src.stride = info.layout.stride;
-      L.src.fd = ::open(L.src.path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (L.src.fd < 0) return Error(ErrorCode::kIo, "{}: {}", L.src.path, std::strerror(errno));
-      const off_t size = lseek(L.src.fd, 0, SEEK_END);
-      if (size < static_cast<off_t>(info.layout.stride * num_experts_))
-        return Error(ErrorCode::kCorrupt, "{}: {} bytes, {} experts × stride {} expected",
-                     L.src.path, size, num_experts_, info.layout.stride);
-      // Reads are whole blobs at random offsets: kernel readahead would only waste the disk.
-      posix_fadvise(L.src.fd, 0, 0, POSIX_FADV_RANDOM);
+      RW_ASSIGN_OR_RETURN(
+          L.src, OpenBlobSource(dir.FilePath(info.file), info.layout.stride, num_experts_));
       L.mem_bytes = info.layout.stride * static_cast<uint64_t>(slots_);
       void* p =
           mmap(nullptr, L.mem_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -257,12 +249,7 @@ class SlotExpertStore final : public ExpertStore {
   // Queues the read of expert e into slot s; a checksum mismatch is read once more.
   uint64_t SubmitRead(int layer, int s, int e, bool demand, int attempt) {
     Layer& L = layers_[layer];
-    ReadJob job;
-    job.fd = L.src.fd;
-    job.path = L.src.path;
-    job.offset = L.src.stride * static_cast<uint64_t>(e);
-    job.length = L.src.stride;
-    job.dst = L.mem + L.src.stride * static_cast<uint64_t>(s);
+    ReadJob job = BlobJob(L.src, e, L.mem + L.src.stride * static_cast<uint64_t>(s));
     job.done = [this, layer, s, e, demand, attempt](const Status& io, const uint8_t* data) {
       Layer& L = layers_[layer];
       Status st = io;
