@@ -116,6 +116,10 @@ std::string ExpertStatsText(const ExpertStoreStats& before, const ExpertStoreSta
   std::string s = fmt::format("experts: {:.1f}% resident", 100.0 * hits / (hits + misses));
   if (tokens > 0) s += fmt::format(", {:.1f} MB read per token", read / tokens / 1e6);
   s += fmt::format(", {:.2f} s waiting for reads", after.wait_seconds - before.wait_seconds);
+  const uint64_t early = after.prefetches - before.prefetches;
+  if (early > 0)
+    s += fmt::format(", {} early reads ({:.1f}% then requested)", early,
+                     100.0 * static_cast<double>(after.prefetch_used - before.prefetch_used) / early);
   return s;
 }
 
