@@ -8,6 +8,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libssl-dev libxxhash-dev liburing-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 clang-format
+  chromium  # headless browser for the chat page test (tests/serve, driven by playwright-core)
 )
 
 missing=()

@@ -1,0 +1,161 @@
+// redwing serve: the OpenAI-compatible HTTP server and the chat page, until SIGINT or SIGTERM.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/generation_flags.h"
+#include "serve/server.h"
+
+namespace rw::cli {
+namespace {
+
+Status ReadForcedReplies(const std::string& path, std::vector<std::string>* out) {
+  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  RW_ASSIGN_OR_RETURN(Json j, ParseJson(text, path));
+  if (!j.is_array() || j.empty())
+    return Error(ErrorCode::kInvalidArgument, "{}: expected a non-empty JSON array of strings",
+                 path);
+  for (const Json& s : j) {
+    if (!s.is_string())
+      return Error(ErrorCode::kInvalidArgument, "{}: expected a JSON array of strings", path);
+    out->push_back(s.get<std::string>());
+  }
+  return Status::Ok();
+}
+
+int Serve(const Args& args) {
+  Flags flags("serve", "redwing serve --model <dir> [--host 127.0.0.1] [--port 8080] [options]",
+              "Serves the model over an OpenAI-compatible HTTP API (/v1/chat/completions,\n"
+              "/v1/completions, /v1/models; also under /api/v1) and a chat page at /.\n"
+              "Plain HTTP: put a TLS proxy in front before exposing it beyond this machine.\n"
+              "The sampling flags set the defaults of requests that do not give their own.");
+  AddEngineFlags(flags);
+  flags.String("host", "127.0.0.1", "address to listen on");
+  flags.Int("port", 8080, "TCP port (0: any free port; the chosen one is printed)");
+  flags.String("api-key", "",
+               "require 'Authorization: Bearer <key>' on /v1 (default: $REDWING_API_KEY)");
+  flags.String("model-id", "gemma-4-26b-a4b-it", "the model name the API reports");
+  flags.Int("max-queue", 8, "requests that may wait behind the running one (beyond: 503)");
+  flags.Int("max-connections", 64, "open connections at once (beyond: 503 and close)");
+  flags.String("max-body", "4M", "largest request body (413 beyond)");
+  flags.Int("max-messages", 1024, "most messages in one chat request");
+  flags.Double("header-timeout", 10, "seconds a client has to send a request's headers");
+  flags.Double("body-timeout", 30, "seconds a client has to send a request's body");
+  flags.Double("idle-timeout", 30, "seconds a kept-alive connection may sit idle");
+  flags.Double("write-timeout", 30, "seconds a write may wait for a client that does not read");
+  flags.Double("sse-keepalive", 2,
+               "seconds between SSE comments while a streamed request waits (queue, prefill)");
+  AddSamplingFlags(flags);
+  flags.String("test-replies", "",
+               "testing only: JSON array of texts the answers are forced to be, in turn");
+  if (Status st = flags.Parse(args); !st.ok()) return ReportError("serve", st);
+  if (flags.help_requested()) {
+    std::fputs(flags.HelpText().c_str(), stdout);
+    return 0;
+  }
+  auto gen = GenerateOptionsFromFlags(flags);
+  if (!gen.ok()) return ReportError("serve", gen.status());
+  if (!gen->stop_strings.empty())
+    return ReportError("serve", Status(ErrorCode::kInvalidArgument,
+                                       "--stop is per request in the server (the 'stop' field)"));
+  serve::ServerOptions o;
+  o.http.host = flags.GetString("host");
+  const long long port = flags.GetInt("port");
+  if (port < 0 || port > 65535)
+    return ReportError("serve",
+                       Error(ErrorCode::kInvalidArgument, "--port must be 0..65535, not {}", port));
+  o.http.port = static_cast<int>(port);
+  o.api_key = flags.GetString("api-key");
+  if (!flags.IsSet("api-key")) {
+    const char* env = std::getenv("REDWING_API_KEY");
+    if (env != nullptr) o.api_key = env;
+  }
+  o.model_id = flags.GetString("model-id");
+  if (o.model_id.empty())
+    return ReportError("serve", Status(ErrorCode::kInvalidArgument, "--model-id is empty"));
+  const long long max_queue = flags.GetInt("max-queue");
+  const long long max_conn = flags.GetInt("max-connections");
+  const long long max_messages = flags.GetInt("max-messages");
+  if (max_queue < 0 || max_queue > 100000)
+    return ReportError("serve", Error(ErrorCode::kInvalidArgument,
+                                      "--max-queue must be 0..100000, not {}", max_queue));
+  if (max_conn < 1 || max_conn > 10000)
+    return ReportError("serve", Error(ErrorCode::kInvalidArgument,
+                                      "--max-connections must be 1..10000, not {}", max_conn));
+  if (max_messages < 1 || max_messages > 1000000)
+    return ReportError("serve", Error(ErrorCode::kInvalidArgument,
+                                      "--max-messages must be 1..1000000, not {}", max_messages));
+  o.loop.max_queue = static_cast<int>(max_queue);
+  o.http.max_connections = static_cast<int>(max_conn);
+  o.request_limits.max_messages = static_cast<int>(max_messages);
+  auto body = ParseByteSize(flags.GetString("max-body"), "--max-body");
+  if (!body.ok()) return ReportError("serve", body.status());
+  o.http.limits.max_body_bytes = *body;
+  struct {
+    const char* flag;
+    int* ms;
+  } timeouts[] = {{"header-timeout", &o.http.limits.header_timeout_ms},
+                  {"body-timeout", &o.http.limits.body_timeout_ms},
+                  {"idle-timeout", &o.http.limits.idle_timeout_ms},
+                  {"write-timeout", &o.http.limits.write_timeout_ms}};
+  for (auto& t : timeouts) {
+    const double s = flags.GetDouble(t.flag);
+    if (!(s > 0 && s <= 86400))
+      return ReportError("serve", Error(ErrorCode::kInvalidArgument,
+                                        "--{} must be in (0, 86400] seconds, not {}", t.flag, s));
+    *t.ms = static_cast<int>(s * 1000);
+  }
+  const double keepalive = flags.GetDouble("sse-keepalive");
+  if (!(keepalive > 0 && keepalive <= 3600))
+    return ReportError("serve",
+                       Error(ErrorCode::kInvalidArgument,
+                             "--sse-keepalive must be in (0, 3600] seconds, not {}", keepalive));
+  o.keepalive_ms = static_cast<int>(keepalive * 1000);
+  o.defaults.sampling = gen->sampling;
+  o.defaults.random_seed = flags.GetInt("seed") < 0;
+  o.defaults.max_tokens = gen->max_new_tokens > 0 ? gen->max_new_tokens : 1;
+  if (flags.IsSet("test-replies")) {
+    if (Status st = ReadForcedReplies(flags.GetString("test-replies"), &o.loop.forced_replies);
+        !st.ok())
+      return ReportError("serve", st);
+  }
+
+  auto opt = EngineOptionsFromFlags(flags);
+  if (!opt.ok()) return ReportError("serve", opt.status());
+  // SIGINT and SIGTERM are taken by this thread alone (sigwait below). Blocked before the engine
+  // starts its thread pool, so every thread inherits the mask and none dies of the signal.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  auto engine = Engine::Load(*opt);
+  if (!engine.ok()) return ReportError("serve", engine.status());
+  if ((*engine)->tokenizer() == nullptr) return ReportError("serve", (*engine)->text_status());
+
+  serve::Server server(*engine, o);
+  if (Status st = server.Start(); !st.ok()) return ReportError("serve", st);
+  std::fprintf(stderr,
+               "redwing serve: listening on http://%s:%d (model '%s', context %lld tokens%s)\n",
+               o.http.host.c_str(), server.port(), o.model_id.c_str(),
+               static_cast<long long>((*engine)->max_context()),
+               o.api_key.empty() ? ", no API key" : ", API key required");
+  std::fflush(stderr);
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::fprintf(stderr, "redwing serve: stopping (signal %d)\n", sig);
+  server.Stop();
+  return 0;
+}
+
+REDWING_COMMAND("serve", "serve the model over an OpenAI-compatible HTTP API and a chat page",
+                Serve);
+
+}  // namespace
+}  // namespace rw::cli
