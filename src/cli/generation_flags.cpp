@@ -26,8 +26,8 @@ void AddEngineFlags(Flags& flags) {
                "expert reads: auto (io_uring where the kernel allows it, else pread), io_uring, "
                "pread");
   flags.String("early-expert-read", "off",
-               "read the next layer's likely experts early: off, or router (its router on the "
-               "current hidden state)");
+               "read the next layer's likely experts early: off, router (its router on the "
+               "current hidden state) or fitted (a predictor made by redwing fit-predictor)");
 }
 
 Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -57,8 +57,10 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
     return Error(ErrorCode::kInvalidArgument,
                  "--io-backend must be auto, io_uring or pread, not '{}'", o.io_backend);
   o.early_expert_read = flags.GetString("early-expert-read");
-  if (o.early_expert_read != "off" && o.early_expert_read != "router")
-    return Error(ErrorCode::kInvalidArgument, "--early-expert-read must be off or router, not '{}'",
+  if (o.early_expert_read != "off" && o.early_expert_read != "router" &&
+      o.early_expert_read != "fitted")
+    return Error(ErrorCode::kInvalidArgument,
+                 "--early-expert-read must be off, router or fitted, not '{}'",
                  o.early_expert_read);
   return o;
 }
@@ -118,8 +120,9 @@ std::string ExpertStatsText(const ExpertStoreStats& before, const ExpertStoreSta
   s += fmt::format(", {:.2f} s waiting for reads", after.wait_seconds - before.wait_seconds);
   const uint64_t early = after.prefetches - before.prefetches;
   if (early > 0)
-    s += fmt::format(", {} early reads ({:.1f}% then requested)", early,
-                     100.0 * static_cast<double>(after.prefetch_used - before.prefetch_used) / early);
+    s += fmt::format(
+        ", {} early reads ({:.1f}% then requested)", early,
+        100.0 * static_cast<double>(after.prefetch_used - before.prefetch_used) / early);
   return s;
 }
 

@@ -35,8 +35,9 @@ struct EngineOptions {
   uint64_t memory_budget = 0;       // slots: bytes for core + KV + scratch + slots (0: no limit)
   int io_threads = 8;               // expert reads in flight
   std::string io_backend = "auto";  // auto | io_uring | pread
-  // Early reads for the next layer's experts: "off", or "router" (the next layer's router
-  // applied to the current hidden state, one token at a time).
+  // Early reads for the next layer's experts: "off", "router" (the next layer's router applied
+  // to the current hidden state, one token at a time) or "fitted" (the model directory's
+  // expert_predictor.bin).
   std::string early_expert_read = "off";
 };
 
@@ -110,6 +111,9 @@ class Session {
   // most prefill_chunk tokens are dropped after the ring has wrapped.
   bool CanRewind(int64_t pos) const;
   Status Rewind(int64_t pos);
+
+  // Records the experts every layer chooses for every token run from now on (null: stop).
+  void set_routing_trace(RoutingTrace* trace) { fwd_.set_routing_trace(trace); }
 
   const CallStats& last_call() const { return last_; }
   const CallStats& prefill_total() const { return prefill_total_; }

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/timer.h"
+#include "base/trace.h"
 
 namespace rw {
 namespace {
@@ -115,6 +117,7 @@ class PreadQueue final : public QueueBase {
 
  private:
   void Loop() {
+    trace::SetThreadName("expert-io");
     std::vector<uint8_t> scratch;
     Entry e;
     // Queued work is finished even when stopping: callers wait for their reads.
@@ -124,7 +127,9 @@ class PreadQueue final : public QueueBase {
         if (scratch.size() < e.job.length) scratch.resize(e.job.length);
         dst = scratch.data();
       }
+      const int64_t t0 = NowNanos();
       const Status st = PreadAll(e.job, dst);
+      trace::Complete("read", "io", t0, NowNanos(), "bytes", static_cast<int64_t>(e.job.length));
       e.job.done(st, dst);
     }
   }
@@ -168,6 +173,7 @@ class UringQueue final : public QueueBase {
     uint8_t* dst = nullptr;
     std::vector<uint8_t> scratch;
     uint64_t done = 0;
+    int64_t started_ns = 0;
   };
 
   void Wake() override {
@@ -211,6 +217,7 @@ class UringQueue final : public QueueBase {
   }
 
   void Loop() {
+    trace::SetThreadName("expert-io_uring");
     ArmWake();
     int in_flight = 0;
     for (;;) {
@@ -223,6 +230,7 @@ class UringQueue final : public QueueBase {
         f.busy = true;
         f.e = std::move(e);
         f.done = 0;
+        f.started_ns = NowNanos();
         f.dst = f.e.job.dst;
         if (f.dst == nullptr) {
           if (f.scratch.size() < f.e.job.length) f.scratch.resize(f.e.job.length);
@@ -270,6 +278,8 @@ class UringQueue final : public QueueBase {
       }
       f.busy = false;
       --in_flight;
+      trace::Complete("read", "io", f.started_ns, NowNanos(), "bytes",
+                      static_cast<int64_t>(f.e.job.length));
       f.e.job.done(st, f.dst);
     }
   }

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/ops.h"
 #include "base/timer.h"
+#include "base/trace.h"
 
 namespace rw {
 namespace {
@@ -149,20 +150,28 @@ Status ForwardPass::DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, T
   const LayerView& L = model_.layer(li);
   const int64_t H = c_.hidden_size;
   Stopwatch sw;
-  Attention(li, kv, m, pos0, pool);
+  {
+    TraceScope t("attention", "forward", "layer", li);
+    Attention(li, kv, m, pos0, pool);
+  }
   st->attention_s += sw.Seconds();
   sw.Reset();
   if (c_.enable_moe) {
     // Route first: the store starts reading missing experts while the dense MLP runs.
+    TraceScope t("route", "forward", "layer", li);
     Router(li, m, pool);
     RW_RETURN_IF_ERROR(ExpertsBegin(li, m));
   }
   st->moe_s += sw.Seconds();
   sw.Reset();
-  DenseMlp(li, m, pool);
+  {
+    TraceScope t("dense_mlp", "forward", "layer", li);
+    DenseMlp(li, m, pool);
+  }
   st->dense_s += sw.Seconds();
   sw.Reset();
   if (c_.enable_moe) {
+    TraceScope t("experts", "forward", "layer", li);
     RW_RETURN_IF_ERROR(Experts(li, m, pool, st));
     cpu::Add(m1_.data(), m2_.data(), m * H);  // F4: m1 + m2
   }
@@ -276,6 +285,18 @@ void ForwardPass::Router(int li, int64_t m, ThreadPool* pool) {
 Status ForwardPass::ExpertsBegin(int li, int64_t m) {
   const int64_t k = c_.top_k, E = c_.num_experts;
   single_token_ = m == 1;
+  if (trace_ != nullptr) {
+    const int L = c_.num_layers;
+    if (li == 0) {
+      trace_->layers = L;
+      trace_->top_k = static_cast<int>(k);
+      trace_->num_experts = static_cast<int>(E);
+      trace_base_ = trace_->tokens();
+      trace_->ids.resize(trace_->ids.size() + static_cast<size_t>(m * L * k));
+    }
+    for (int64_t t = 0; t < m; ++t)
+      std::copy_n(&topk_idx_[t * k], k, &trace_->ids[((trace_base_ + t) * L + li) * k]);
+  }
   users_.resize(E);
   for (auto& u : users_) u.clear();
   for (int64_t t = 0; t < m; ++t)
@@ -299,7 +320,14 @@ Status ForwardPass::ExpertsBegin(int li, int64_t m) {
   resident_.assign(used_.size(), 0);
   const auto [b0, b1] = batches_[0];
   RW_RETURN_IF_ERROR(store->Begin(li, std::span<const int>(&used_[b0], b1 - b0), &resident_[b0]));
-  if (m == 1 && model_.early_reads_by_router() && li + 1 < c_.num_layers) EarlyReads(li + 1);
+  if (m == 1 && li + 1 < c_.num_layers) {
+    if (model_.early_reads_by_router()) {
+      EarlyReads(li + 1);
+    } else if (const ExpertPredictor* p = model_.predictor()) {
+      p->Predict(li, std::span<const int>(topk_idx_.data(), k), static_cast<int>(k), &early_guess_);
+      store->Prefetch(li + 1, early_guess_);
+    }
+  }
   return Status::Ok();
 }
 
@@ -336,12 +364,16 @@ Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
     pool->ParallelFor(order.size(), 1, [&](size_t s, size_t e, int) {
       for (size_t q = s; q < e; ++q) {
         const size_t i = order[q];
-        Result<ExpertRef> ref = store->Wait(li, i - b0);
+        Result<ExpertRef> ref = [&] {
+          TraceScope t("wait", "experts", "expert", used_[i]);
+          return store->Wait(li, i - b0);
+        }();
         if (!ref.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (first_error.ok()) first_error = ref.status();
           continue;
         }
+        TraceScope t("expert", "experts", "expert", used_[i]);
         float* gj = &ex_g_[i * I];
         float* uj = &ex_u_[i * I];
         cpu::MatVec(ViewOf(ref->blob, ref->layout->gate), a_.data(), gj, nullptr);
@@ -353,7 +385,12 @@ Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
     return first_error;
   }
   for (size_t i : order) {
-    RW_ASSIGN_OR_RETURN(ExpertRef ref, store->Wait(li, i - b0));
+    Result<ExpertRef> waited = [&] {
+      TraceScope t("wait", "experts", "expert", used_[i]);
+      return store->Wait(li, i - b0);
+    }();
+    RW_ASSIGN_OR_RETURN(ExpertRef ref, std::move(waited));
+    TraceScope t("expert", "experts", "expert", used_[i]);
     const auto& list = users_[used_[i]];
     const int64_t n = static_cast<int64_t>(list.size());
     for (int64_t r = 0; r < n; ++r) std::copy_n(&a_[list[r].first * H], H, &ex_in_[r * H]);

@@ -42,6 +42,8 @@ class ForwardPass {
   static uint64_t ScratchBytes(const ModelConfig& config, int64_t max_chunk);
 
   int64_t max_chunk() const { return max_chunk_; }
+  // Records every token's routing into trace (null: off); the caller keeps it alive.
+  void set_routing_trace(RoutingTrace* trace) { trace_ = trace; }
 
   // Runs tokens ids[0..m) at positions pos0..pos0+m−1 (1 <= m <= max_chunk), stores their K/V
   // in kv, and writes logits: kAll → m rows, kLast → the last row, kNone → nothing. The caller
@@ -91,6 +93,9 @@ class ForwardPass {
   std::vector<uint8_t> resident_;
   bool single_token_ = false;
   std::vector<float> early_r_, early_logits_;  // the next layer's router guess
+  std::vector<int> early_guess_;
+  RoutingTrace* trace_ = nullptr;
+  int64_t trace_base_ = 0;  // the first token of this call in trace_
   std::vector<float> rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [m][hd/2]
 };
 

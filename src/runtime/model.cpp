@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/bf16.h"
+#include "base/file.h"
 #include "runtime/forward.h"
 #include "runtime/kv_cache.h"
 
@@ -108,10 +109,21 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
     for (int i = 0; i < c.num_layers; ++i)
       RW_RETURN_IF_ERROR(
           ValidateExpertLayout(c, idx->layers[i].layout, fmt::format("{} layer {}", path, i)));
-    if (o.early_expert_read != "off" && o.early_expert_read != "router")
+    if (o.early_expert_read != "off" && o.early_expert_read != "router" &&
+        o.early_expert_read != "fitted")
       return Error(ErrorCode::kInvalidArgument,
-                   "early expert reads must be off or router, not '{}'", o.early_expert_read);
+                   "early expert reads must be off, router or fitted, not '{}'",
+                   o.early_expert_read);
     m->early_router_ = o.early_expert_read == "router";
+    if (o.early_expert_read == "fitted") {
+      const std::string pred = JoinPath(path, kPredictorFileName);
+      if (!PathExists(pred))
+        return Error(ErrorCode::kNotFound,
+                     "{} has no {}: record routing with `redwing trace` and fit one with "
+                     "`redwing fit-predictor` first",
+                     path, kPredictorFileName);
+      RW_ASSIGN_OR_RETURN(m->predictor_, ExpertPredictor::Read(pred, c.num_layers, c.num_experts));
+    }
     ExpertStoreOptions eo = o.experts;
     if (eo.kind == "slots") {
       const ExpertLayout& layout = idx->layers[0].layout;

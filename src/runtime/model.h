@@ -11,6 +11,7 @@
 #include "backend/weight_view.h"
 #include "experts/expert_store.h"
 #include "experts/memory_plan.h"
+#include "experts/predictor.h"
 #include "format/model_dir.h"
 #include "model/gemma4_weights.h"
 
@@ -46,7 +47,7 @@ struct ModelOpenOptions {
   uint64_t memory_budget = 0;
   // What the planner reserves for the KV cache and scratch.
   int64_t max_context = 8192, prefill_chunk = 128;
-  std::string early_expert_read = "off";  // off | router
+  std::string early_expert_read = "off";  // off | router | fitted
 };
 
 class RuntimeModel {
@@ -66,6 +67,8 @@ class RuntimeModel {
   // The slots store's plan (null for mmap or a dense model).
   const MemoryPlan* memory_plan() const { return plan_ ? &*plan_ : nullptr; }
   bool early_reads_by_router() const { return early_router_; }
+  // The fitted early-read predictor (null unless early_expert_read is "fitted").
+  const ExpertPredictor* predictor() const { return predictor_ ? &*predictor_ : nullptr; }
   // Bytes of core weights read per decoded token (everything but the embedding rows), and the
   // size of one expert blob.
   uint64_t core_bytes_per_token() const { return core_bytes_per_token_; }
@@ -80,6 +83,7 @@ class RuntimeModel {
   std::unique_ptr<ExpertStore> experts_;
   std::optional<MemoryPlan> plan_;
   bool early_router_ = false;
+  std::optional<ExpertPredictor> predictor_;
   uint64_t core_bytes_per_token_ = 0;
 };
 
