@@ -1,0 +1,128 @@
+// redwing bench: a fixed suite (prompts of ~128 and ~3,000 synthetic ids, then 128 sampled
+// tokens) on one loaded model; a table on stdout, JSON for scripts, a Chrome trace on request.
+#include <cstdio>
+#include <cstdlib>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "base/trace.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/generation_flags.h"
+#include "engine/bench.h"
+
+namespace rw::cli {
+namespace {
+
+Result<std::vector<int64_t>> ParseLengths(const std::string& text) {
+  RW_ASSIGN_OR_RETURN(std::vector<int> ids, ParseIdList(text, "--prompt-tokens"));
+  std::vector<int64_t> out;
+  for (int v : ids) {
+    if (v < 1)
+      return Error(ErrorCode::kInvalidArgument, "--prompt-tokens: lengths must be >= 1, not {}", v);
+    out.push_back(v);
+  }
+  if (out.empty())
+    return Error(ErrorCode::kInvalidArgument, "--prompt-tokens needs at least one length");
+  return out;
+}
+
+int Bench(const Args& args) {
+  Flags flags("bench", "redwing bench --model <dir> [options]",
+              "Loads the model once and runs a fixed suite: for each prompt length, a fresh "
+              "session prefills that many synthetic (varied) token ids, then generates\n"
+              "--decode-tokens tokens sampled at temperature 1 with a fixed seed (a varied "
+              "stream: greedy decoding on random weights repeats one token and makes any expert "
+              "cache look perfect).\n"
+              "Reports prefill tok/s, time to first token, decode tok/s, private and file-backed "
+              "memory, the memory cgroup's usage and limit, bytes read from storage per token, "
+              "the expert-cache hit rate, I/O wait and compute per token, and per-part times.\n"
+              "Run it under scripts/with-memory-limit.sh to measure a smaller machine.");
+  AddEngineFlags(flags);
+  flags.String("prompt-tokens", "128,3000", "comma-separated prompt lengths, one case each");
+  flags.Int("decode-tokens", 128, "tokens generated per case");
+  flags.Int("seed", 1, "seed of the synthetic prompts and of the sampler");
+  flags.Bool("cold",
+             "drop the model's files from the page cache (posix_fadvise DONTNEED) before "
+             "loading");
+  flags.String("json", "", "also write the results as JSON to this file");
+  flags.String("format", "table", "stdout: table (readable) or json");
+  flags.String("profile", "",
+               "write a Chrome trace (trace event JSON, open in ui.perfetto.dev) to this file "
+               "(default: $REDWING_PROFILE if set)");
+  flags.Bool("quiet", "no progress lines on stderr");
+  if (Status st = flags.Parse(args); !st.ok()) return ReportError("bench", st);
+  if (flags.help_requested()) {
+    std::fputs(flags.HelpText().c_str(), stdout);
+    return 0;
+  }
+  const std::string format = flags.GetString("format");
+  if (format != "table" && format != "json")
+    return ReportError("bench", Error(ErrorCode::kInvalidArgument,
+                                      "--format must be table or json, not '{}'", format));
+  auto engine_opts = EngineOptionsFromFlags(flags);
+  if (!engine_opts.ok()) return ReportError("bench", engine_opts.status());
+  auto lengths = ParseLengths(flags.GetString("prompt-tokens"));
+  if (!lengths.ok()) return ReportError("bench", lengths.status());
+  const long long decode = flags.GetInt("decode-tokens");
+  if (decode < 0)
+    return ReportError("bench", Error(ErrorCode::kInvalidArgument,
+                                      "--decode-tokens must be >= 0, not {}", decode));
+  const long long seed = flags.GetInt("seed");
+  if (seed < 0)
+    return ReportError("bench",
+                       Error(ErrorCode::kInvalidArgument, "--seed must be >= 0, not {}", seed));
+  std::string profile = flags.GetString("profile");
+  if (profile.empty()) {
+    const char* env = std::getenv("REDWING_PROFILE");
+    if (env != nullptr) profile = env;
+  }
+
+  BenchOptions o;
+  o.engine = *engine_opts;
+  o.prompt_tokens = *lengths;
+  o.decode_tokens = decode;
+  o.seed = static_cast<uint64_t>(seed);
+  o.cold = flags.GetBool("cold");
+  if (!flags.GetBool("quiet"))
+    o.progress = [](const std::string& line) {
+      std::fprintf(stderr, "bench: %s\n", line.c_str());
+      std::fflush(stderr);
+    };
+
+  if (!profile.empty()) {
+    trace::SetThreadName("main");
+    trace::Start();
+  }
+  auto report = RunBench(o);
+  if (!profile.empty()) {
+    trace::Stop();
+    // Written even when the run failed: the trace shows how far it got.
+    if (Status st = trace::WriteJson(profile); !st.ok())
+      return ReportError("bench", st.Annotate("--profile"));
+    if (!flags.GetBool("quiet"))
+      std::fprintf(stderr, "bench: trace of %llu events written to %s\n",
+                   static_cast<unsigned long long>(trace::EventCount()), profile.c_str());
+  }
+  if (!report.ok()) return ReportError("bench", report.status());
+
+  Json j = BenchReportToJson(*report);
+  j["trace_file"] = profile.empty() ? Json(nullptr) : Json(profile);
+  const std::string json_text = j.dump(2) + "\n";
+  if (flags.IsSet("json") && !flags.GetString("json").empty())
+    if (Status st = WriteFileAtomic(flags.GetString("json"), json_text); !st.ok())
+      return ReportError("bench", st.Annotate("--json"));
+  if (format == "json") {
+    std::fputs(json_text.c_str(), stdout);
+  } else {
+    std::fputs(BenchReportTable(*report).c_str(), stdout);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+REDWING_COMMAND("bench", "measure prefill, decode, memory and expert reads on a fixed suite",
+                Bench);
+
+}  // namespace
+}  // namespace rw::cli

@@ -1,0 +1,804 @@
+#include "engine/bench.h"
+
+#include "experts/predictor.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "base/file.h"
+#include "base/timer.h"
+#include "base/trace.h"
+#include "experts/memory_plan.h"
+#include "sample/sampler.h"
+
+namespace rw {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "~0" and other huge values mean "no limit" in cgroup v1.
+constexpr uint64_t kNoLimit = uint64_t{1} << 60;
+
+bool ReadSmallFile(const std::string& path, std::string* out) {
+  std::ifstream f(path);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// A file holding one number ("max" → nullopt, missing → nullopt).
+std::optional<uint64_t> ReadNumberFile(const std::string& path) {
+  std::string s;
+  if (!ReadSmallFile(path, &s)) return std::nullopt;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  if (s.empty() || s == "max") return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (end == s.c_str()) return std::nullopt;
+  return static_cast<uint64_t>(v);
+}
+
+// "key value" lines (memory.stat) → the value of key, or 0.
+uint64_t StatValue(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string k;
+  unsigned long long v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return 0;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+struct CgroupMount {
+  std::string root, mount_point;
+};
+
+// Mount points of the cgroup2 hierarchy and of the v1 hierarchy holding the memory controller.
+void FindCgroupMounts(std::optional<CgroupMount>* v2, std::optional<CgroupMount>* v1_memory) {
+  std::ifstream f("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    // id parent major:minor root mount-point options [optional...] - fstype source super-options
+    const size_t dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream pre(line.substr(0, dash)), post(line.substr(dash + 3));
+    std::string id, parent, dev, root, mnt, fstype, source, super;
+    pre >> id >> parent >> dev >> root >> mnt;
+    post >> fstype >> source >> super;
+    if (fstype == "cgroup2" && !v2->has_value()) {
+      *v2 = CgroupMount{root, mnt};
+    } else if (fstype == "cgroup" && !v1_memory->has_value()) {
+      for (const std::string& o : Split(super, ','))
+        if (o == "memory") *v1_memory = CgroupMount{root, mnt};
+    }
+  }
+}
+
+std::string CgroupDir(const CgroupMount& m, std::string path) {
+  if (m.root != "/" && path.rfind(m.root, 0) == 0) path = path.substr(m.root.size());
+  return m.mount_point + (path == "/" ? "" : path);
+}
+
+// The usage file of the memory cgroup (for the sampler), or "".
+std::string CgroupUsageFile(const CgroupMemory& c) {
+  if (c.version == 2) return JoinPath(c.path, "memory.current");
+  if (c.version == 1) return JoinPath(c.path, "memory.usage_in_bytes");
+  return "";
+}
+
+// Samples RssAnon, RssFile and the cgroup's usage every few milliseconds, keeping maxima.
+class MemorySampler {
+ public:
+  explicit MemorySampler(std::string cgroup_usage_file)
+      : cgroup_file_(std::move(cgroup_usage_file)) {
+    Reset();
+    thread_ = std::thread([this] {
+      trace::SetThreadName("bench memory sampler");
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!stop_) {
+        cv_.wait_for(lock, std::chrono::milliseconds(5));
+        lock.unlock();
+        SampleNow();
+        lock.lock();
+      }
+    });
+  }
+  ~MemorySampler() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void SampleNow() {
+    const RssBreakdown r = CurrentRss();
+    Max(peak_anon_, r.anon);
+    Max(peak_file_, r.file);
+    if (!cgroup_file_.empty())
+      if (auto v = ReadNumberFile(cgroup_file_)) Max(peak_cgroup_, *v);
+  }
+  void Reset() {
+    peak_anon_ = peak_file_ = peak_cgroup_ = 0;
+    SampleNow();
+  }
+  uint64_t peak_anon() const { return peak_anon_; }
+  uint64_t peak_file() const { return peak_file_; }
+  uint64_t peak_cgroup() const { return peak_cgroup_; }
+
+ private:
+  static void Max(std::atomic<uint64_t>& a, uint64_t v) {
+    uint64_t cur = a.load(std::memory_order_relaxed);
+    while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+    }
+  }
+  std::string cgroup_file_;
+  std::atomic<uint64_t> peak_anon_{0}, peak_file_{0}, peak_cgroup_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+ExpertStoreStats Diff(const ExpertStoreStats& a, const ExpertStoreStats& b) {
+  ExpertStoreStats d;
+  d.acquires = b.acquires - a.acquires;
+  d.bytes_acquired = b.bytes_acquired - a.bytes_acquired;
+  d.hits = b.hits - a.hits;
+  d.misses = b.misses - a.misses;
+  d.bytes_read = b.bytes_read - a.bytes_read;
+  d.prefetches = b.prefetches - a.prefetches;
+  d.prefetch_used = b.prefetch_used - a.prefetch_used;
+  d.checksum_failures = b.checksum_failures - a.checksum_failures;
+  d.wait_seconds = b.wait_seconds - a.wait_seconds;
+  return d;
+}
+
+ProcIo Diff(const ProcIo& a, const ProcIo& b) {
+  ProcIo d;
+  d.available = a.available && b.available;
+  d.read_bytes = b.read_bytes - a.read_bytes;
+  d.rchar = b.rchar - a.rchar;
+  return d;
+}
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t DirBytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  return total;
+}
+
+void Progress(const BenchOptions& o, const std::string& line) {
+  if (o.progress) o.progress(line);
+}
+
+std::string Mb(double bytes) {
+  return fmt::format("{:.1f} MB", bytes / 1e6);
+}
+
+}  // namespace
+
+// --- Measurement helpers -----------------------------------------------------------------
+
+ProcIo ReadProcIo() {
+  ProcIo io;
+  std::string text;
+  if (!ReadSmallFile("/proc/self/io", &text)) return io;
+  std::istringstream in(text);
+  std::string key;
+  unsigned long long v = 0;
+  bool have_read = false;
+  while (in >> key >> v) {
+    if (key == "rchar:") io.rchar = v;
+    if (key == "read_bytes:") {
+      io.read_bytes = v;
+      have_read = true;
+    }
+  }
+  io.available = have_read;
+  return io;
+}
+
+CgroupMemory ReadCgroupMemory() {
+  CgroupMemory c;
+  std::optional<CgroupMount> v2, v1;
+  FindCgroupMounts(&v2, &v1);
+  std::ifstream f("/proc/self/cgroup");
+  std::string line, v2_path, v1_path;
+  bool have_v2 = false, have_v1 = false;
+  while (std::getline(f, line)) {
+    // hierarchy-id:controller-list:path
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string id = line.substr(0, a), ctrl = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    if (id == "0" && ctrl.empty()) {
+      v2_path = path;
+      have_v2 = true;
+    }
+    for (const std::string& cn : Split(ctrl, ','))
+      if (cn == "memory") {
+        v1_path = path;
+        have_v1 = true;
+      }
+  }
+  std::string stat;
+  if (have_v2 && v2 && PathExists(JoinPath(CgroupDir(*v2, v2_path), "memory.current"))) {
+    c.version = 2;
+    c.path = CgroupDir(*v2, v2_path);
+    c.current = ReadNumberFile(JoinPath(c.path, "memory.current")).value_or(0);
+    c.peak = ReadNumberFile(JoinPath(c.path, "memory.peak")).value_or(0);
+    if (ReadSmallFile(JoinPath(c.path, "memory.stat"), &stat)) {
+      c.file = StatValue(stat, "file");
+      c.anon = StatValue(stat, "anon");
+    }
+    // The tightest memory.max of the cgroup and its ancestors below the mount point.
+    std::string dir = c.path;
+    while (dir.size() >= v2->mount_point.size()) {
+      if (auto m = ReadNumberFile(JoinPath(dir, "memory.max")))
+        if (c.limit == 0 || *m < c.limit) c.limit = *m;
+      if (dir == v2->mount_point) break;
+      dir = ParentPath(dir);
+    }
+  } else if (have_v1 && v1 &&
+             PathExists(JoinPath(CgroupDir(*v1, v1_path), "memory.usage_in_bytes"))) {
+    c.version = 1;
+    c.path = CgroupDir(*v1, v1_path);
+    c.current = ReadNumberFile(JoinPath(c.path, "memory.usage_in_bytes")).value_or(0);
+    c.peak = ReadNumberFile(JoinPath(c.path, "memory.max_usage_in_bytes")).value_or(0);
+    uint64_t limit = ReadNumberFile(JoinPath(c.path, "memory.limit_in_bytes")).value_or(0);
+    if (ReadSmallFile(JoinPath(c.path, "memory.stat"), &stat)) {
+      // hierarchical_memory_limit: the tightest limit including the ancestors'.
+      if (const uint64_t h = StatValue(stat, "hierarchical_memory_limit"); h > 0)
+        limit = std::min(limit == 0 ? h : limit, h);
+      c.file = StatValue(stat, "total_cache");
+      c.anon = StatValue(stat, "total_rss");
+    }
+    c.limit = limit >= kNoLimit ? 0 : limit;
+  }
+  return c;
+}
+
+Result<uint64_t> ResidentFileBytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error(ErrorCode::kIo, "{}: cannot open: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Error(ErrorCode::kIo, "{}: fstat: {}", path, std::strerror(err));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return uint64_t{0};
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return Error(ErrorCode::kIo, "{}: mmap: {}", path, std::strerror(errno));
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t pages = (size + page - 1) / page;
+  std::vector<unsigned char> vec(pages);
+  const int rc = ::mincore(p, size, vec.data());
+  const int err = errno;
+  ::munmap(p, size);
+  if (rc != 0) return Error(ErrorCode::kIo, "{}: mincore: {}", path, std::strerror(err));
+  uint64_t resident = 0;
+  for (uint64_t i = 0; i < pages; ++i)
+    if (vec[i] & 1) resident += std::min(page, size - i * page);
+  return resident;
+}
+
+Result<PageCacheDrop> DropFromPageCache(const std::string& dir) {
+  if (!IsDirectory(dir)) return Error(ErrorCode::kNotFound, "{}: not a directory", dir);
+  PageCacheDrop d;
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) files.push_back(it->path().string());
+  if (ec) return Error(ErrorCode::kIo, "{}: cannot list: {}", dir, ec.message());
+  std::sort(files.begin(), files.end());
+  for (const std::string& path : files) {
+    RW_ASSIGN_OR_RETURN(uint64_t before, ResidentFileBytes(path));
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Error(ErrorCode::kIo, "{}: cannot open: {}", path, std::strerror(errno));
+    struct stat st {};
+    const bool sized = ::fstat(fd, &st) == 0;
+    const int rc = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (rc != 0)
+      return Error(ErrorCode::kIo, "{}: posix_fadvise(DONTNEED): {}", path, std::strerror(rc));
+    RW_ASSIGN_OR_RETURN(uint64_t after, ResidentFileBytes(path));
+    ++d.files;
+    d.bytes += sized ? static_cast<uint64_t>(st.st_size) : 0;
+    d.resident_before += before;
+    d.resident_after += after;
+  }
+  return d;
+}
+
+std::vector<int> SyntheticPrompt(int64_t n, int vocab_size, int bos_id, uint64_t seed) {
+  std::vector<int> ids;
+  if (n <= 0 || vocab_size <= 0) return ids;
+  ids.reserve(static_cast<size_t>(n));
+  ids.push_back(bos_id >= 0 && bos_id < vocab_size ? bos_id : 0);
+  // Keep clear of the low ids (special and control tokens in Gemma's vocabulary) when the
+  // vocabulary is large enough for that to leave plenty.
+  const int lo = vocab_size >= 4096 ? 256 : 0;
+  const uint64_t span = static_cast<uint64_t>(vocab_size - lo);
+  uint64_t state = seed ^ 0x5EEDB0A7C0FFEEull;
+  for (int64_t i = 1; i < n; ++i) ids.push_back(lo + static_cast<int>(SplitMix64(state) % span));
+  return ids;
+}
+
+int SampleUnfiltered(std::span<const float> logits, uint64_t seed, int64_t position) {
+  // Sampler::Sample visits candidates by descending logit (then ascending id) and keeps the
+  // first strictly larger score: the winner is the largest score, ties to the larger logit, then
+  // the smaller id.
+  int best = -1;
+  double best_score = 0, best_logit = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double z = logits[i];
+    if (std::isnan(z)) continue;
+    const int id = static_cast<int>(i);
+    const double s = z + GumbelNoise(seed, position, id);
+    if (best < 0 || s > best_score || (s == best_score && z > best_logit)) {
+      best = id;
+      best_score = s;
+      best_logit = z;
+    }
+  }
+  return best < 0 ? 0 : best;
+}
+
+// --- The benchmark -----------------------------------------------------------------------
+
+double PhaseStats::hit_rate() const {
+  const uint64_t n = experts.hits + experts.misses;
+  return n == 0 ? -1.0 : static_cast<double>(experts.hits) / static_cast<double>(n);
+}
+
+namespace {
+
+SamplingParams BenchSampling(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repetition_penalty = 1.0f;
+  p.seed = seed;
+  return p;
+}
+
+Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_tokens,
+               MemorySampler& mem, BenchCase* out) {
+  BenchCase& c = *out;
+  c.name = fmt::format("prompt{}", prompt_tokens);
+  c.prompt_tokens = prompt_tokens;
+  const ModelConfig& cfg = engine.config();
+  const std::vector<int> prompt =
+      SyntheticPrompt(prompt_tokens, cfg.vocab_size, cfg.bos_token_id,
+                      o.seed * 0x100000001B3ull + static_cast<uint64_t>(prompt_tokens));
+  auto session = engine.NewSession();
+  mem.Reset();
+  TraceScope case_scope("case", "bench", "prompt_tokens", prompt_tokens);
+
+  // Prefill, one chunk per call (as Session::Prefill would chunk it) so the trace and the memory
+  // sampler see each chunk.
+  const ExpertStoreStats es0 = engine.expert_stats();
+  const ProcIo io0 = ReadProcIo();
+  std::vector<float> logits;
+  Stopwatch prefill_sw;
+  {
+    TraceScope s("prefill", "bench", "tokens", prompt_tokens);
+    const int64_t chunk = std::max<int64_t>(1, engine.prefill_chunk());
+    for (int64_t i = 0; i < prompt_tokens; i += chunk) {
+      const int64_t m = std::min(chunk, prompt_tokens - i);
+      TraceScope cs("prefill chunk", "bench", "pos", i);
+      RW_ASSIGN_OR_RETURN(logits, session->Prefill(std::span<const int>(&prompt[i], m)));
+      mem.SampleNow();
+    }
+  }
+  c.prefill.seconds = prefill_sw.Seconds();
+  c.prefill.tokens = prompt_tokens;
+  c.prefill.forward_seconds = session->prefill_total().seconds;
+  c.prefill.parts = session->prefill_total().parts;
+  const ExpertStoreStats es1 = engine.expert_stats();
+  const ProcIo io1 = ReadProcIo();
+  c.prefill.experts = Diff(es0, es1);
+  c.prefill.io = Diff(io0, io1);
+
+  auto sample = [&]() {
+    TraceScope s("sample", "bench");
+    Stopwatch sw;
+    const int tok = SampleUnfiltered(logits, o.seed, session->position());
+    c.sample_seconds += sw.Seconds();
+    return tok;
+  };
+  int tok = sample();
+  c.ttft_seconds = prefill_sw.Seconds();
+  Progress(
+      o, fmt::format("{}: prefill {} tokens in {:.2f} s ({:.2f} tok/s), first token {:.2f} s",
+                     c.name, prompt_tokens, c.prefill.seconds, c.prefill.tok_s(), c.ttft_seconds));
+
+  // Decode: each step feeds the sampled token and samples the next one; the routing of every
+  // decoded token is recorded to report how varied it was.
+  RoutingTrace routing;
+  session->set_routing_trace(&routing);
+  Stopwatch decode_sw;
+  {
+    TraceScope s("decode", "bench", "tokens", o.decode_tokens);
+    for (int64_t i = 0; i < o.decode_tokens; ++i) {
+      {
+        TraceScope ts("decode token", "bench", "index", i);
+        RW_ASSIGN_OR_RETURN(logits, session->Decode(tok));
+      }
+      c.generated.push_back(tok);
+      mem.SampleNow();
+      tok = sample();
+    }
+  }
+  c.decode.seconds = decode_sw.Seconds();
+  c.decode.tokens = o.decode_tokens;
+  c.decode.forward_seconds = session->decode_total().seconds;
+  c.decode.parts = session->decode_total().parts;
+  c.decode.experts = Diff(es1, engine.expert_stats());
+  c.decode.io = Diff(io1, ReadProcIo());
+  c.distinct_generated =
+      static_cast<int>(std::set<int>(c.generated.begin(), c.generated.end()).size());
+  session->set_routing_trace(nullptr);
+  if (routing.tokens() > 0) {
+    for (int l = 0; l < routing.layers; ++l) {
+      std::set<int> seen;
+      for (int64_t t = 0; t < routing.tokens(); ++t)
+        seen.insert(routing.token(t, l), routing.token(t, l) + routing.top_k);
+      c.distinct_experts_per_layer.push_back(static_cast<int>(seen.size()));
+    }
+    c.routing_note = fmt::format("distinct experts per layer over {} decoded tokens (of {})",
+                                 routing.tokens(), cfg.num_experts);
+  } else {
+    c.routing_note = "no routed experts in this model";
+  }
+
+  mem.SampleNow();
+  const RssBreakdown rss = CurrentRss();
+  c.memory.peak_anon = mem.peak_anon();
+  c.memory.peak_file = mem.peak_file();
+  c.memory.anon_end = rss.anon;
+  c.memory.file_end = rss.file;
+  c.memory.peak_rss_process = PeakRssBytes();
+  c.memory.cgroup = ReadCgroupMemory();
+  c.memory.cgroup_peak_sampled = mem.peak_cgroup();
+  if (o.decode_tokens > 0)
+    Progress(
+        o, fmt::format("{}: decode {} tokens in {:.2f} s ({:.2f} tok/s), {} distinct ids", c.name,
+                       o.decode_tokens, c.decode.seconds, c.decode.tok_s(), c.distinct_generated));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<BenchReport> RunBench(const BenchOptions& options) {
+  BenchReport rep;
+  rep.options = options;
+  rep.options.progress = nullptr;
+  const BenchOptions& o = options;
+  if (o.prompt_tokens.empty())
+    return Error(ErrorCode::kInvalidArgument, "no prompt lengths given (e.g. 128,3000)");
+  for (int64_t p : o.prompt_tokens)
+    if (p < 1) return Error(ErrorCode::kInvalidArgument, "prompt length must be >= 1, not {}", p);
+  if (o.decode_tokens < 0)
+    return Error(ErrorCode::kInvalidArgument, "decode tokens must be >= 0, not {}",
+                 o.decode_tokens);
+  RW_RETURN_IF_ERROR(BenchSampling(o.seed).Validate());
+  rep.model_dir = o.engine.model_dir;
+  rep.decode_mode = fmt::format(
+      "sampled: temperature 1, top-k off, top-p off, seed {} (Sampler's Gumbel-max draw; stop ids "
+      "do not end the run)",
+      o.seed);
+  if (!IsDirectory(o.engine.model_dir))
+    return Error(ErrorCode::kNotFound, "{}: no such model directory", o.engine.model_dir);
+
+  if (o.cold) {
+    TraceScope s("drop page cache", "bench");
+    RW_ASSIGN_OR_RETURN(PageCacheDrop d, DropFromPageCache(o.engine.model_dir));
+    rep.cold_drop = d;
+    Progress(o, fmt::format("cold: dropped {} files ({}) from the page cache; resident before {}, "
+                            "after {}",
+                            d.files, FormatBytes(d.bytes), FormatBytes(d.resident_before),
+                            FormatBytes(d.resident_after)));
+  }
+
+  EngineOptions eo = o.engine;
+  eo.load_tokenizer = false;
+  const ProcIo io0 = ReadProcIo();
+  Stopwatch load_sw;
+  std::shared_ptr<Engine> engine;
+  {
+    TraceScope s("load", "bench");
+    RW_ASSIGN_OR_RETURN(engine, Engine::Load(eo));
+  }
+  rep.load_seconds = load_sw.Seconds();
+  rep.load_io = Diff(io0, ReadProcIo());
+  const RssBreakdown rss = CurrentRss();
+  rep.load_anon = rss.anon;
+  rep.load_file = rss.file;
+  rep.config = engine->config();
+  rep.threads = engine->pool() != nullptr ? engine->pool()->size() : 1;
+  const ExpertStore* store = engine->model().experts();
+  rep.expert_store = store != nullptr ? store->kind() : "none";
+  rep.io_backend = store != nullptr ? store->io_backend() : "none";
+  if (const MemoryPlan* plan = engine->model().memory_plan()) rep.memory_plan = plan->Describe();
+  rep.core_bytes = DirBytes(o.engine.model_dir) - DirBytes(JoinPath(o.engine.model_dir, "experts"));
+  rep.expert_bytes = DirBytes(JoinPath(o.engine.model_dir, "experts"));
+  Progress(o, fmt::format("loaded {} in {:.2f} s ({} store, {} threads){}", o.engine.model_dir,
+                          rep.load_seconds, rep.expert_store, rep.threads,
+                          rep.memory_plan.empty() ? "" : "; " + rep.memory_plan));
+
+  for (int64_t p : o.prompt_tokens)
+    if (p + o.decode_tokens > engine->max_context())
+      return Error(ErrorCode::kOutOfRange,
+                   "the {}-token case needs a context of {} tokens ({} + {} decoded), but the "
+                   "maximum context is {} (--max-context, capped by the model's {})",
+                   p, p + o.decode_tokens, p, o.decode_tokens, engine->max_context(),
+                   engine->config().max_position_embeddings);
+
+  MemorySampler mem(CgroupUsageFile(ReadCgroupMemory()));
+  for (int64_t p : o.prompt_tokens) {
+    BenchCase c;
+    Status st = RunCase(*engine, o, p, mem, &c);
+    if (!st.ok()) return st.Annotate(fmt::format("bench case prompt{}", p));
+    rep.cases.push_back(std::move(c));
+  }
+  return rep;
+}
+
+// --- Output ------------------------------------------------------------------------------
+
+namespace {
+
+Json OrNull(double v, bool valid) {
+  return valid ? Json(v) : Json(nullptr);
+}
+
+Json PhaseJson(const PhaseStats& p) {
+  const double n = static_cast<double>(std::max<int64_t>(1, p.tokens));
+  const bool any = p.tokens > 0;
+  Json j;
+  j["tokens"] = p.tokens;
+  j["seconds"] = p.seconds;
+  j["tok_s"] = OrNull(p.tok_s(), any && p.seconds > 0);
+  j["forward_seconds"] = p.forward_seconds;
+  j["forward_tok_s"] =
+      OrNull(p.tokens / std::max(1e-12, p.forward_seconds), any && p.forward_seconds > 0);
+  j["parts_seconds"] = {{"embed", p.parts.embed_s},
+                        {"attention", p.parts.attention_s},
+                        {"dense_mlp", p.parts.dense_s},
+                        {"router_experts", p.parts.moe_s},
+                        {"head", p.parts.head_s}};
+  j["experts_run"] = p.parts.experts_run;
+  const double hr = p.hit_rate();
+  j["experts"] = {{"acquires", p.experts.acquires},
+                  {"hits", p.experts.hits},
+                  {"misses", p.experts.misses},
+                  {"hit_rate", OrNull(hr, hr >= 0)},
+                  {"bytes_read", p.experts.bytes_read},
+                  {"bytes_read_per_token", OrNull(p.experts.bytes_read / n, any)},
+                  {"prefetches", p.experts.prefetches},
+                  {"prefetch_used", p.experts.prefetch_used},
+                  {"checksum_failures", p.experts.checksum_failures},
+                  {"wait_seconds", p.experts.wait_seconds}};
+  j["storage"] = {{"source", "/proc/self/io read_bytes"},
+                  {"available", p.io.available},
+                  {"read_bytes", p.io.read_bytes},
+                  {"read_bytes_per_token", OrNull(p.io.read_bytes / n, any && p.io.available)},
+                  {"rchar", p.io.rchar}};
+  j["io_wait_per_token_s"] = OrNull(p.experts.wait_seconds / n, any);
+  j["compute_per_token_s"] =
+      OrNull(std::max(0.0, p.forward_seconds - p.experts.wait_seconds) / n, any);
+  return j;
+}
+
+Json CgroupJson(const CgroupMemory& c) {
+  if (c.version == 0) return nullptr;
+  return {{"version", c.version},
+          {"path", c.path},
+          {"current_bytes", c.current},
+          {"limit_bytes", c.limit > 0 ? Json(c.limit) : Json(nullptr)},
+          {"peak_bytes", c.peak > 0 ? Json(c.peak) : Json(nullptr)},
+          {"file_bytes", c.file},
+          {"anon_bytes", c.anon}};
+}
+
+std::string Mib(uint64_t b) {
+  return fmt::format("{:.0f}", static_cast<double>(b) / (1 << 20));
+}
+
+}  // namespace
+
+Json BenchReportToJson(const BenchReport& r) {
+  Json j;
+  j["format"] = "redwing-bench/1";
+  j["model"] = r.model_dir;
+  j["geometry"] = {{"layers", r.config.num_layers},   {"hidden", r.config.hidden_size},
+                   {"experts", r.config.num_experts}, {"top_k", r.config.top_k},
+                   {"vocab", r.config.vocab_size},    {"core_bytes", r.core_bytes},
+                   {"expert_bytes", r.expert_bytes}};
+  const BenchOptions& o = r.options;
+  j["options"] = {{"expert_store", r.expert_store},
+                  {"memory_budget", o.engine.memory_budget},
+                  {"memory_plan", r.memory_plan},
+                  {"io_threads", o.engine.io_threads},
+                  {"io_backend", r.io_backend},
+                  {"early_expert_read", o.engine.early_expert_read},
+                  {"threads", r.threads},
+                  {"prefill_chunk", o.engine.prefill_chunk},
+                  {"max_context", o.engine.max_context},
+                  {"prompt_tokens", o.prompt_tokens},
+                  {"decode_tokens", o.decode_tokens},
+                  {"seed", o.seed},
+                  {"cold", o.cold}};
+  j["decode_stream"] = r.decode_mode;
+  if (r.cold_drop) {
+    j["cold"] = {{"method", "posix_fadvise(POSIX_FADV_DONTNEED) on every file, before load"},
+                 {"files", r.cold_drop->files},
+                 {"bytes", r.cold_drop->bytes},
+                 {"resident_before", r.cold_drop->resident_before},
+                 {"resident_after", r.cold_drop->resident_after}};
+  } else {
+    j["cold"] = nullptr;
+  }
+  j["load"] = {{"seconds", r.load_seconds},
+               {"anon_bytes", r.load_anon},
+               {"file_bytes", r.load_file},
+               {"storage_read_bytes", r.load_io.read_bytes}};
+  Json cases = Json::array();
+  for (const BenchCase& c : r.cases) {
+    Json cj;
+    cj["name"] = c.name;
+    cj["prompt_tokens"] = c.prompt_tokens;
+    cj["ttft_seconds"] = c.ttft_seconds;
+    cj["prefill"] = PhaseJson(c.prefill);
+    cj["decode"] = PhaseJson(c.decode);
+    cj["decode"]["sample_seconds"] = c.sample_seconds;
+    cj["decode"]["distinct_generated_ids"] = c.distinct_generated;
+    cj["decode"]["generated_ids"] = c.generated;
+    cj["decode"]["routing"] = {
+        {"distinct_experts_per_layer",
+         c.distinct_experts_per_layer.empty() ? Json(nullptr) : Json(c.distinct_experts_per_layer)},
+        {"note", c.routing_note}};
+    cj["memory"] = {
+        {"peak_private_bytes", c.memory.peak_anon},
+        {"peak_file_resident_bytes", c.memory.peak_file},
+        {"private_bytes_end", c.memory.anon_end},
+        {"file_resident_bytes_end", c.memory.file_end},
+        {"process_peak_rss_bytes", c.memory.peak_rss_process},
+        {"cgroup", CgroupJson(c.memory.cgroup)},
+        {"cgroup_peak_sampled_bytes",
+         c.memory.cgroup.version > 0 ? Json(c.memory.cgroup_peak_sampled) : Json(nullptr)}};
+    cases.push_back(std::move(cj));
+  }
+  j["cases"] = std::move(cases);
+  return j;
+}
+
+std::string BenchReportTable(const BenchReport& r) {
+  std::string s;
+  auto line = [&](const std::string& l) { s += l + "\n"; };
+  line(fmt::format("model {} ({} layers, {} experts, top-{}; core {}, experts {})", r.model_dir,
+                   r.config.num_layers, r.config.num_experts, r.config.top_k,
+                   FormatBytes(r.core_bytes), FormatBytes(r.expert_bytes)));
+  line(fmt::format("store {} ({}, {} reads in flight, early reads {}), {} threads{}; load {:.2f} s",
+                   r.expert_store, r.io_backend, r.options.engine.io_threads,
+                   r.options.engine.early_expert_read, r.threads,
+                   r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
+  if (r.cold_drop)
+    line(
+        fmt::format("cold: {} files dropped from the page cache before load (posix_fadvise "
+                    "DONTNEED); resident {} before, {} after",
+                    r.cold_drop->files, FormatBytes(r.cold_drop->resident_before),
+                    FormatBytes(r.cold_drop->resident_after)));
+  else
+    line("warm: page cache left as found");
+  line("decode stream: " + r.decode_mode);
+  line("");
+  line(fmt::format(
+      "{:>7} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>6} {:>9} {:>9}", "prompt",
+      "prefill", "TTFT", "decode", "(fwd)", "private", "file-res", "cgroup", "store rd/t",
+      "disk rd/t", "hit", "wait/t", "compute/t"));
+  line(fmt::format(
+      "{:>7} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>6} {:>9} {:>9}", "tokens",
+      "tok/s", "s", "tok/s", "tok/s", "peak MiB", "peak MiB", "MiB/limit", "MB (dec)", "MB (dec)",
+      "(dec)", "ms (dec)", "ms (dec)"));
+  for (const BenchCase& c : r.cases) {
+    const PhaseStats& d = c.decode;
+    const double n = static_cast<double>(std::max<int64_t>(1, d.tokens));
+    std::string cg = "-";
+    if (c.memory.cgroup.version > 0)
+      cg = Mib(c.memory.cgroup_peak_sampled) + "/" +
+           (c.memory.cgroup.limit > 0 ? Mib(c.memory.cgroup.limit) : std::string("none"));
+    const double hr = d.hit_rate();
+    line(fmt::format(
+        "{:>7} {:>9.2f} {:>7.2f} {:>9.2f} {:>9.2f} {:>9} {:>9} {:>11} {:>11.1f} {:>11} {:>6} "
+        "{:>9.1f} {:>9.1f}",
+        c.prompt_tokens, c.prefill.tok_s(), c.ttft_seconds, d.tok_s(),
+        d.forward_seconds > 0 ? d.tokens / d.forward_seconds : 0.0, Mib(c.memory.peak_anon),
+        Mib(c.memory.peak_file), cg, d.experts.bytes_read / n / 1e6,
+        d.io.available ? fmt::format("{:.1f}", d.io.read_bytes / n / 1e6) : std::string("n/a"),
+        hr >= 0 ? fmt::format("{:.1f}%", 100 * hr) : std::string("-"),
+        1e3 * d.experts.wait_seconds / n,
+        1e3 * std::max(0.0, d.forward_seconds - d.experts.wait_seconds) / n));
+  }
+  line(
+      "decode tok/s counts forward passes and sampling, (fwd) the forward passes alone; rd/t: "
+      "bytes read per decoded token by the store and by the kernel (/proc/self/io); wait: "
+      "summed over the threads that waited; compute: forward time minus wait");
+  line("");
+  line(
+      "per part, ms per token (prefill | decode): embed, attention, dense MLP, router+experts, "
+      "head");
+  for (const BenchCase& c : r.cases) {
+    auto parts = [](const PhaseStats& p) {
+      const double n = static_cast<double>(std::max<int64_t>(1, p.tokens)) / 1e3;
+      return fmt::format("{:.2f} {:.2f} {:.2f} {:.2f} {:.2f}", p.parts.embed_s / n,
+                         p.parts.attention_s / n, p.parts.dense_s / n, p.parts.moe_s / n,
+                         p.parts.head_s / n);
+    };
+    line(fmt::format("  {:>5}: {} | {}", c.prompt_tokens, parts(c.prefill), parts(c.decode)));
+  }
+  line("");
+  for (const BenchCase& c : r.cases) {
+    const double phr = c.prefill.hit_rate();
+    line(fmt::format(
+        "  {:>5}: prefill read {} from the store ({} from disk), hit {}; decode: {} distinct ids "
+        "of {}; routing: {}",
+        c.prompt_tokens, Mb(static_cast<double>(c.prefill.experts.bytes_read)),
+        c.prefill.io.available ? Mb(static_cast<double>(c.prefill.io.read_bytes)) : "n/a",
+        phr >= 0 ? fmt::format("{:.1f}%", 100 * phr) : std::string("-"), c.distinct_generated,
+        c.generated.size(), c.distinct_experts_per_layer.empty() ? c.routing_note : "see JSON"));
+  }
+  return s;
+}
+
+}  // namespace rw

@@ -1,0 +1,349 @@
+// `redwing bench` and its helpers on a synthesized tiny model: the JSON has every field with
+// sane values, the decode stream is varied, --cold with the slots store reads from storage, the
+// --profile file is valid Chrome trace JSON, bad flags are clear errors.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "bench/bench_test_util.h"
+#include "engine/bench.h"
+#include "install/synth.h"
+#include "sample/sampler.h"
+
+namespace rw {
+namespace {
+
+const std::string& Scratch() {
+  static const std::string d = test::ScratchDir("bench_test");
+  return d;
+}
+
+// A tiny model of this process (synthesized in milliseconds).
+const std::string& TinyModel() {
+  static const std::string dir = [] {
+    const std::string d = JoinPath(Scratch(), "tiny");
+    SynthOptions o;
+    o.geometry = "tiny";
+    o.seed = 7;
+    o.out_dir = d;
+    o.overwrite = true;
+    Status st = SynthesizeModel(o);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return d;
+  }();
+  return dir;
+}
+
+std::string Bench(const std::string& flags) {
+  return std::string(REDWING_BINARY) + " bench --model " + TinyModel() + " --threads 2 " + flags;
+}
+
+Json ParseOrFail(const std::string& text) {
+  auto j = ParseJson(text, "bench output");
+  EXPECT_TRUE(j.ok()) << j.status().ToString() << "\n" << text.substr(0, 2000);
+  return j.ok() ? *j : Json();
+}
+
+void ExpectPhase(const Json& p, int64_t tokens, const std::string& what) {
+  SCOPED_TRACE(what);
+  ASSERT_TRUE(p.is_object()) << p.dump();
+  EXPECT_EQ(p["tokens"].get<int64_t>(), tokens);
+  EXPECT_GT(p["seconds"].get<double>(), 0);
+  EXPECT_GT(p["tok_s"].get<double>(), 0);
+  EXPECT_GT(p["forward_seconds"].get<double>(), 0);
+  EXPECT_GE(p["forward_tok_s"].get<double>(), p["tok_s"].get<double>() * 0.999);
+  EXPECT_LE(p["forward_seconds"].get<double>(), p["seconds"].get<double>() * 1.001);
+  for (const char* part : {"embed", "attention", "dense_mlp", "router_experts", "head"}) {
+    ASSERT_TRUE(p["parts_seconds"].contains(part)) << part;
+    EXPECT_GE(p["parts_seconds"][part].get<double>(), 0) << part;
+  }
+  EXPECT_GT(p["parts_seconds"]["attention"].get<double>(), 0);
+  EXPECT_GT(p["experts_run"].get<int64_t>(), 0);
+  const Json& e = p["experts"];
+  for (const char* k : {"acquires", "hits", "misses", "bytes_read", "bytes_read_per_token",
+                        "prefetches", "prefetch_used", "checksum_failures", "wait_seconds"})
+    EXPECT_TRUE(e.contains(k)) << k;
+  ASSERT_TRUE(e["hit_rate"].is_number()) << e.dump();
+  EXPECT_GE(e["hit_rate"].get<double>(), 0);
+  EXPECT_LE(e["hit_rate"].get<double>(), 1);
+  EXPECT_GT(e["hits"].get<uint64_t>() + e["misses"].get<uint64_t>(), 0u);
+  EXPECT_EQ(e["checksum_failures"].get<uint64_t>(), 0u);
+  EXPECT_GE(e["wait_seconds"].get<double>(), 0);
+  const Json& s = p["storage"];
+  EXPECT_TRUE(s.contains("read_bytes"));
+  EXPECT_TRUE(s.contains("read_bytes_per_token"));
+  EXPECT_GE(p["io_wait_per_token_s"].get<double>(), 0);
+  EXPECT_GE(p["compute_per_token_s"].get<double>(), 0);
+}
+
+TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
+  const std::string json = JoinPath(Scratch(), "warm.json");
+  const std::string trace = JoinPath(Scratch(), "warm.trace.json");
+  auto r = test::Run(Bench("--prompt-tokens 40,150 --decode-tokens 24 --seed 3 --json " + json +
+                           " --profile " + trace),
+                     Scratch());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // stdout is the table; progress goes to stderr.
+  EXPECT_NE(r.out.find("prefill"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode stream: sampled: temperature 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("bench: prompt40: prefill"), std::string::npos) << r.err;
+  auto text = ReadFileToString(json);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  const Json j = ParseOrFail(*text);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["format"], "redwing-bench/1");
+  EXPECT_EQ(j["geometry"]["experts"].get<int>(), 8);
+  EXPECT_GT(j["geometry"]["expert_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["options"]["expert_store"], "mmap");
+  EXPECT_EQ(j["options"]["decode_tokens"].get<int>(), 24);
+  EXPECT_EQ(j["options"]["seed"].get<int>(), 3);
+  EXPECT_FALSE(j["options"]["cold"].get<bool>());
+  EXPECT_TRUE(j["cold"].is_null());
+  EXPECT_NE(j["decode_stream"].get<std::string>().find("temperature 1"), std::string::npos);
+  EXPECT_GT(j["load"]["seconds"].get<double>(), 0);
+  EXPECT_EQ(j["trace_file"], trace);
+  ASSERT_EQ(j["cases"].size(), 2u);
+  const int64_t lengths[] = {40, 150};
+  for (size_t i = 0; i < 2; ++i) {
+    const Json& c = j["cases"][i];
+    SCOPED_TRACE(c.dump().substr(0, 400));
+    EXPECT_EQ(c["prompt_tokens"].get<int64_t>(), lengths[i]);
+    EXPECT_EQ(c["name"], "prompt" + std::to_string(lengths[i]));
+    ExpectPhase(c["prefill"], lengths[i], "prefill");
+    ExpectPhase(c["decode"], 24, "decode");
+    EXPECT_GT(c["ttft_seconds"].get<double>(), 0);
+    EXPECT_GE(c["ttft_seconds"].get<double>(), c["prefill"]["seconds"].get<double>());
+    // A varied stream: 24 sampled ids from a 512-token vocabulary at temperature 1.
+    const Json& d = c["decode"];
+    EXPECT_GT(d["sample_seconds"].get<double>(), 0);
+    ASSERT_EQ(d["generated_ids"].size(), 24u);
+    EXPECT_GE(d["distinct_generated_ids"].get<int>(), 8) << d["generated_ids"].dump();
+    for (const Json& id : d["generated_ids"]) {
+      EXPECT_GE(id.get<int>(), 0);
+      EXPECT_LT(id.get<int>(), 512);
+    }
+    // The tiny geometry: 6 layers, 8 experts, top-2; a varied stream uses more than 2 per layer.
+    const Json& per_layer = d["routing"]["distinct_experts_per_layer"];
+    ASSERT_TRUE(per_layer.is_array()) << d["routing"].dump();
+    ASSERT_EQ(per_layer.size(), 6u);
+    for (const Json& n : per_layer) {
+      EXPECT_GT(n.get<int>(), 2);
+      EXPECT_LE(n.get<int>(), 8);
+    }
+    EXPECT_TRUE(d["routing"].contains("note"));
+    const Json& m = c["memory"];
+    EXPECT_GT(m["peak_private_bytes"].get<uint64_t>(), 0u);
+    EXPECT_GE(m["peak_private_bytes"].get<uint64_t>(), m["private_bytes_end"].get<uint64_t>());
+    EXPECT_GT(m["peak_file_resident_bytes"].get<uint64_t>(), 0u);
+    EXPECT_GE(m["process_peak_rss_bytes"].get<uint64_t>(), m["peak_private_bytes"].get<uint64_t>());
+    ASSERT_TRUE(m.contains("cgroup"));
+    if (!m["cgroup"].is_null()) {
+      EXPECT_GT(m["cgroup"]["current_bytes"].get<uint64_t>(), 0u);
+      EXPECT_TRUE(m["cgroup"]["version"] == 1 || m["cgroup"]["version"] == 2);
+    }
+  }
+  // The same seed gives the same stream (synthetic prompts and sampling are deterministic).
+  const std::string json2 = JoinPath(Scratch(), "warm2.json");
+  auto r2 = test::Run(Bench("--prompt-tokens 40 --decode-tokens 24 --seed 3 --quiet --format "
+                            "json --json " +
+                            json2),
+                      Scratch());
+  ASSERT_EQ(r2.code, 0) << r2.err;
+  EXPECT_TRUE(r2.err.empty()) << r2.err;
+  const Json j2 = ParseOrFail(r2.out);  // --format json: stdout is the JSON
+  ASSERT_TRUE(j2.contains("cases"));
+  EXPECT_EQ(j2["cases"][0]["decode"]["generated_ids"], j["cases"][0]["decode"]["generated_ids"]);
+}
+
+TEST(BenchCliTest, ProfileIsChromeTraceJson) {
+  const std::string trace = JoinPath(Scratch(), "p.trace.json");
+  auto r = test::Run(Bench("--prompt-tokens 33 --decode-tokens 5 --quiet --profile " + trace),
+                     Scratch());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  auto text = ReadFileToString(trace);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  const Json t = ParseOrFail(*text);
+  ASSERT_TRUE(t.is_object());
+  ASSERT_TRUE(t["traceEvents"].is_array());
+  std::multiset<std::string> names;
+  for (const Json& e : t["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph")) << e.dump();
+    ASSERT_TRUE(e.contains("pid") && e.contains("tid")) << e.dump();
+    const std::string ph = e["ph"];
+    if (ph == "M") continue;
+    ASSERT_EQ(ph, "X") << e.dump();
+    EXPECT_GE(e["ts"].get<double>(), 0);
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    EXPECT_TRUE(e["cat"].is_string());
+    names.insert(e["name"].get<std::string>());
+  }
+  EXPECT_EQ(names.count("load"), 1u);
+  EXPECT_EQ(names.count("case"), 1u);
+  EXPECT_EQ(names.count("prefill"), 1u);
+  EXPECT_EQ(names.count("decode"), 1u);
+  EXPECT_EQ(names.count("decode token"), 5u);
+  EXPECT_EQ(names.count("sample"), 6u);  // the first token and one after each decode step
+  EXPECT_GE(names.count("prefill chunk"), 1u);
+  EXPECT_EQ(t["otherData"]["dropped_events"].get<int>(), 0);
+}
+
+TEST(BenchCliTest, ColdSlotsRunReadsFromStorage) {
+  auto r = test::Run(Bench("--expert-store slots --cold --prompt-tokens 20 --decode-tokens 12 "
+                           "--format json --quiet"),
+                     Scratch());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const Json j = ParseOrFail(r.out);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["options"]["expert_store"], "slots");
+  ASSERT_TRUE(j["cold"].is_object()) << j["cold"].dump();
+  EXPECT_GE(j["cold"]["files"].get<int>(), 3);  // manifest, core, index, layer files
+  EXPECT_GT(j["cold"]["bytes"].get<uint64_t>(), 0u);
+  const Json& c = j["cases"][0];
+  // The slots store fills its slots by reading the expert files.
+  EXPECT_GT(c["prefill"]["experts"]["bytes_read"].get<uint64_t>(), 0u);
+  EXPECT_GT(c["prefill"]["experts"]["misses"].get<uint64_t>(), 0u);
+  // Dropped pages come back from the disk: the kernel counts them (unless nothing was dropped,
+  // e.g. on a filesystem that ignores the advice, such as tmpfs).
+  const uint64_t dropped =
+      j["cold"]["resident_before"].get<uint64_t>() - j["cold"]["resident_after"].get<uint64_t>();
+  if (dropped > 0 && c["prefill"]["storage"]["available"].get<bool>()) {
+    EXPECT_GT(j["load"]["storage_read_bytes"].get<uint64_t>() +
+                  c["prefill"]["storage"]["read_bytes"].get<uint64_t>(),
+              0u);
+  }
+  ExpectPhase(c["prefill"], 20, "prefill");
+  ExpectPhase(c["decode"], 12, "decode");
+}
+
+TEST(BenchCliTest, BadFlagsAreClearErrors) {
+  auto r = test::Run(Bench("--prompt-tokens 0"), Scratch());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--prompt-tokens"), std::string::npos) << r.err;
+  r = test::Run(Bench("--format yaml"), Scratch());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
+  r = test::Run(Bench("--max-context 64 --prompt-tokens 60 --decode-tokens 8 --quiet"), Scratch());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("maximum context is 64"), std::string::npos) << r.err;
+  r = test::Run(std::string(REDWING_BINARY) + " bench --model " + JoinPath(Scratch(), "missing"),
+                Scratch());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("missing"), std::string::npos) << r.err;
+}
+
+// ---- library helpers ----------------------------------------------------------------------
+
+TEST(BenchLibTest, RunBenchInProcess) {
+  BenchOptions o;
+  o.engine.model_dir = TinyModel();
+  o.engine.threads = 2;
+  o.engine.prefill_chunk = 16;
+  o.prompt_tokens = {50};
+  o.decode_tokens = 10;
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& l) { lines.push_back(l); };
+  auto rep = RunBench(o);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_EQ(rep->cases.size(), 1u);
+  const BenchCase& c = rep->cases[0];
+  EXPECT_EQ(c.prefill.tokens, 50);
+  EXPECT_EQ(c.prefill.parts.tokens, 50);
+  EXPECT_EQ(c.decode.parts.tokens, 10);
+  EXPECT_EQ(c.generated.size(), 10u);
+  EXPECT_EQ(rep->expert_store, "mmap");
+  EXPECT_GE(lines.size(), 3u);  // loaded, prefill, decode
+  const std::string table = BenchReportTable(*rep);
+  EXPECT_NE(table.find("per part"), std::string::npos) << table;
+  const Json j = BenchReportToJson(*rep);
+  EXPECT_EQ(j["cases"][0]["prefill"]["tokens"].get<int>(), 50);
+}
+
+TEST(BenchLibTest, SyntheticPromptIsDeterministicAndVaried) {
+  const auto a = SyntheticPrompt(3000, 262144, 2, 9);
+  const auto b = SyntheticPrompt(3000, 262144, 2, 9);
+  const auto c = SyntheticPrompt(3000, 262144, 2, 10);
+  ASSERT_EQ(a.size(), 3000u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(a[0], 2);
+  std::set<int> distinct(a.begin() + 1, a.end());
+  EXPECT_GT(distinct.size(), 2900u);
+  for (size_t i = 1; i < a.size(); ++i) {
+    EXPECT_GE(a[i], 256);
+    EXPECT_LT(a[i], 262144);
+  }
+  const auto small = SyntheticPrompt(100, 512, 2, 1);
+  for (int id : small) {
+    EXPECT_LT(id, 512);
+  }
+  EXPECT_TRUE(SyntheticPrompt(0, 512, 2, 1).empty());
+}
+
+TEST(BenchLibTest, SampleUnfilteredDrawsWhatSamplerDraws) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repetition_penalty = 1.0f;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (uint64_t seed : {1ull, 2ull, 99ull}) {
+    p.seed = seed;
+    Sampler sampler(p);
+    std::vector<float> logits(5000);
+    std::set<int> drawn;
+    for (int64_t pos = 0; pos < 40; ++pos) {
+      for (float& z : logits) z = normal(rng);
+      if (pos % 5 == 0) logits[17] = std::nanf("");
+      if (pos % 7 == 0) std::fill(logits.begin() + 100, logits.begin() + 200, 4.0f);  // ties
+      const int want = sampler.Sample(logits, pos, {});
+      EXPECT_EQ(SampleUnfiltered(logits, seed, pos), want) << "seed " << seed << " pos " << pos;
+      drawn.insert(want);
+    }
+    EXPECT_GT(drawn.size(), 20u);
+  }
+}
+
+TEST(BenchLibTest, ProcIoAndCgroupReaders) {
+  const ProcIo io = ReadProcIo();
+  if (io.available) {
+    EXPECT_GT(io.rchar, 0u);
+  }
+  const CgroupMemory cg = ReadCgroupMemory();
+  if (cg.version != 0) {
+    EXPECT_FALSE(cg.path.empty());
+    EXPECT_GT(cg.current, 0u);
+  } else {
+    std::printf("no memory cgroup found (fine: the fields are then null)\n");
+  }
+}
+
+TEST(BenchLibTest, DropFromPageCacheEvictsAFile) {
+  const std::string dir = JoinPath(Scratch(), "dropme");
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  const std::string path = JoinPath(dir, "data.bin");
+  ASSERT_TRUE(WriteFileAtomic(path, std::string(4 << 20, 'x')).ok());
+  // Read it so it is resident.
+  ASSERT_TRUE(ReadFileToString(path).ok());
+  auto before = ResidentFileBytes(path);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  auto d = DropFromPageCache(dir);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->files, 1);
+  EXPECT_EQ(d->bytes, 4u << 20);
+  EXPECT_LE(d->resident_after, d->resident_before);
+  if (d->resident_before == 0) std::printf("filesystem keeps no page cache here (tmpfs?)\n");
+  EXPECT_FALSE(DropFromPageCache(JoinPath(dir, "nope")).ok());
+  EXPECT_FALSE(ResidentFileBytes(JoinPath(dir, "nope")).ok());
+}
+
+}  // namespace
+}  // namespace rw
