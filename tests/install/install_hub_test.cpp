@@ -321,8 +321,10 @@ class InstallHub : public ::testing::Test {
   void SetUp() override {
     if (!HavePython()) GTEST_SKIP() << "python3 not found: the fake hub (tests/fakehub) needs it";
     ASSERT_TRUE(PathExists(REDWING_BINARY)) << REDWING_BINARY;
+    // Per process too: two build trees may run the same test at once.
     base_ = ::testing::TempDir() + "rw_install_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "." +
+            std::to_string(::getpid());
     (void)RemoveAll(base_);
     ASSERT_TRUE(MakeDirectories(base_).ok());
     out_ = base_ + "/model";
@@ -346,7 +348,8 @@ class InstallHub : public ::testing::Test {
   int Run(std::vector<std::string> extra, std::string* out, const Env* env = nullptr,
           double timeout_s = 120) {
     int rc = Wait(Spawn(Args(std::move(extra)), env ? *env : HubEnv(), log_), timeout_s);
-    *out = *ReadFileToString(log_);
+    auto text = ReadFileToString(log_);
+    *out = text.ok() ? *text : "(no log: " + text.status().ToString() + ")";
     return rc;
   }
   // Waits until path exists (true) or timeout_s passes (false).
