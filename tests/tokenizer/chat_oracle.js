@@ -58,10 +58,13 @@ function normalize(messages) {
   });
 }
 
-const templates = fs
-  .readdirSync(templatesDir)
-  .filter((f) => f.endsWith(".jinja"))
-  .sort();
+// Without the reference templates, only the generic interpreter cases are rendered.
+const templates = fs.existsSync(templatesDir)
+  ? fs
+      .readdirSync(templatesDir)
+      .filter((f) => f.endsWith(".jinja"))
+      .sort()
+  : [];
 
 const result = { engine: `@huggingface/jinja ${pkg.version}`, cases: [], renders: {} };
 for (const c of cases) {

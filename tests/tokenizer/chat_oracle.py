@@ -31,7 +31,8 @@ def main():
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     renders = {}
-    for name in sorted(os.listdir(templates_dir)):
+    names = sorted(os.listdir(templates_dir)) if os.path.isdir(templates_dir) else []
+    for name in names:
         if not name.endswith(".jinja"):
             continue
         with open(os.path.join(templates_dir, name), encoding="utf-8") as f:

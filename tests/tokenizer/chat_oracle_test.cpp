@@ -50,15 +50,15 @@ struct Oracle {
   Json jinja_cases;                              // generic interpreter cases (chat_jinja_cases.js)
   Json jinja_hf, jinja_py;                       // their renders; jinja_py null without jinja2
   std::map<std::string, std::string> templates;  // file -> text
+  std::string no_templates;                      // why the Gemma templates are absent ("" if not)
 };
 
 const Oracle& GetOracle() {
   static const Oracle* oracle = [] {
     auto* o = new Oracle;
-    if (!IsDirectory(TemplatesDir())) {
-      o->skip_reason = "reference templates not found at " + TemplatesDir();
-      return o;
-    }
+    // Without the reference templates the generic interpreter cases still run.
+    if (!IsDirectory(TemplatesDir()))
+      o->no_templates = "reference templates not found at " + TemplatesDir();
     if (!IsDirectory(NodeModules() + "/@huggingface/jinja")) {
       o->skip_reason = "@huggingface/jinja not installed under " + NodeModules();
       return o;
@@ -130,6 +130,14 @@ const Oracle& GetOracle() {
     GTEST_SKIP() << oracle.skip_reason; \
   }
 
+// For the comparisons over the Gemma 4 templates (which would pass vacuously without them).
+#define REQUIRE_TEMPLATES()              \
+  REQUIRE_ORACLE();                      \
+  if (!oracle.no_templates.empty()) {    \
+    GTEST_SKIP() << oracle.no_templates; \
+  }                                      \
+  ASSERT_FALSE(oracle.hf.empty()) << "no templates rendered"
+
 std::string Describe(const std::string& want, const std::string& got) {
   size_t i = 0;
   while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
@@ -176,12 +184,14 @@ int Compare(const ChatTemplate& renderer, const Json& cases, const Json& renders
 TEST(ChatOracle, HasEnoughCases) {
   REQUIRE_ORACLE();
   EXPECT_GE(oracle.cases.size(), 50u);
-  EXPECT_EQ(oracle.hf.size(), 2u);
-  EXPECT_TRUE(oracle.hf.count(kOfficialTemplate));
+  if (oracle.no_templates.empty()) {
+    EXPECT_EQ(oracle.hf.size(), 2u);
+    EXPECT_TRUE(oracle.hf.count(kOfficialTemplate));
+  }
 }
 
 TEST(ChatOracle, JinjaInterpreterMatchesHuggingFaceJinja) {
-  REQUIRE_ORACLE();
+  REQUIRE_TEMPLATES();
   for (const auto& [file, renders] : oracle.hf) {
     auto t = ChatTemplate::FromText(oracle.templates.at(file), {jinja::Dialect::kHuggingFaceJs});
     ASSERT_TRUE(t.ok()) << file << ": " << t.status().ToString();
@@ -191,14 +201,14 @@ TEST(ChatOracle, JinjaInterpreterMatchesHuggingFaceJinja) {
 }
 
 TEST(ChatOracle, NativeRendererMatchesHuggingFaceJinja) {
-  REQUIRE_ORACLE();
+  REQUIRE_TEMPLATES();
   ChatTemplate native = ChatTemplate::Native({jinja::Dialect::kHuggingFaceJs});
   int n = Compare(native, oracle.cases, oracle.hf.at(kOfficialTemplate), true, "native(hf)");
   std::printf("  native: %d cases compared with @huggingface/jinja\n", n);
 }
 
 TEST(ChatOracle, JinjaInterpreterMatchesPythonJinja2) {
-  REQUIRE_ORACLE();
+  REQUIRE_TEMPLATES();
   if (oracle.py.empty()) {
     GTEST_SKIP() << "Python jinja2 not available (pip install jinja2)";
   }
@@ -211,7 +221,7 @@ TEST(ChatOracle, JinjaInterpreterMatchesPythonJinja2) {
 }
 
 TEST(ChatOracle, NativeRendererMatchesPythonJinja2) {
-  REQUIRE_ORACLE();
+  REQUIRE_TEMPLATES();
   if (oracle.py.empty()) {
     GTEST_SKIP() << "Python jinja2 not available (pip install jinja2)";
   }
@@ -223,7 +233,7 @@ TEST(ChatOracle, NativeRendererMatchesPythonJinja2) {
 // Without the Python oracle, the Python dialect is still checked on every case whose output
 // does not depend on how values print.
 TEST(ChatOracle, DialectsAgreeWhereOutputIsDialectIndependent) {
-  REQUIRE_ORACLE();
+  REQUIRE_TEMPLATES();
   ChatTemplate py = ChatTemplate::Native({jinja::Dialect::kPython});
   ChatTemplate hf = ChatTemplate::Native({jinja::Dialect::kHuggingFaceJs});
   for (const Json& c : oracle.cases) {
@@ -289,7 +299,7 @@ TEST(ChatOracle, GenericTemplatesMatchPythonJinja2) {
 
 // Rendering a tool call and parsing the rendered text gives back the same call.
 TEST(ChatOracle, RenderedToolCallsParseBack) {
-  REQUIRE_ORACLE();
+  REQUIRE_TEMPLATES();
   int checked = 0;
   for (jinja::Dialect dialect : {jinja::Dialect::kPython, jinja::Dialect::kHuggingFaceJs}) {
     ChatTemplate native = ChatTemplate::Native({dialect});
