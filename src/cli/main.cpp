@@ -27,7 +27,7 @@ void PrintUsage(FILE* out) {
   std::sort(cmds.begin(), cmds.end(),
             [](const Command& a, const Command& b) { return a.name < b.name; });
   for (const Command& c : cmds)
-    std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+    std::fprintf(out, "  %-14s %s\n", c.name.c_str(), c.summary.c_str());
 }
 }  // namespace
 
