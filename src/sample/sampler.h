@@ -50,6 +50,8 @@ class Sampler {
                                     std::span<const int32_t> context);
 
  private:
+  int32_t SampleUnfiltered(std::span<const float> logits, int64_t position,
+                           std::span<const int32_t> context);
   SamplingParams p_;
   std::vector<float> scratch_;
 };

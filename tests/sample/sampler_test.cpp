@@ -47,6 +47,39 @@ TEST(Sampler, DistributionMatchesSoftmax) {
   EXPECT_LT(ChiSquare(counts, probs, n), 18.47);
 }
 
+// With nothing filtered, Sample skips building a sorted candidate list: it must still be exactly
+// the Gumbel-max draw over every token (penalty applied), and agree with the filtered path
+// whenever a filter keeps every token.
+TEST(Sampler, UnfilteredDrawIsTheGumbelMaxDefinition) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> l(1000);
+  for (float& v : l) v = nd(rng);
+  l[17] = std::nanf("");
+  const std::vector<int32_t> context = {5, 9, 9, 400};
+  for (float penalty : {1.0f, 1.3f}) {
+    SamplingParams p{
+        .temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .repetition_penalty = penalty, .seed = 11};
+    Sampler fast(p);
+    SamplingParams q = p;
+    q.top_k = 1000;  // keeps every token: the general path
+    Sampler general(q);
+    std::vector<float> z = l;
+    for (int32_t id : {5, 9, 400}) z[id] = z[id] > 0 ? z[id] / penalty : z[id] * penalty;
+    for (int64_t pos = 0; pos < 300; ++pos) {
+      int32_t want = -1;
+      double best = -1e300;
+      for (int32_t i = 0; i < 1000; ++i) {
+        if (std::isnan(z[i])) continue;
+        const double sc = z[i] / 0.8 + GumbelNoise(11, pos, i);
+        if (sc > best) best = sc, want = i;
+      }
+      ASSERT_EQ(fast.Sample(l, pos, context), want) << "position " << pos;
+      ASSERT_EQ(general.Sample(l, pos, context), want) << "position " << pos;
+    }
+  }
+}
+
 TEST(Sampler, FiltersRestrictSupport) {
   auto l = Logits({5.0f, 4.0f, 3.0f, 2.0f, 1.0f, 0.0f});
   {
