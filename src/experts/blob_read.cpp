@@ -62,6 +62,16 @@ ReadJob BlobJob(const BlobSource& src, int expert, uint8_t* dst) {
   return job;
 }
 
+BlobCheck CheckBlobRead(const BlobSource& src, int layer, int expert, int attempt, bool verify,
+                        uint64_t expected_xxh3, const Status& io, const uint8_t* data) {
+  BlobCheck c;
+  c.status = io;
+  c.mismatch = io.ok() && verify && Xxh3_64(data, src.stride) != expected_xxh3;
+  if (c.mismatch && attempt == 0) c.retry = true;
+  if (c.mismatch && !c.retry) c.status = ExpertChecksumError(src, layer, expert);
+  return c;
+}
+
 Status ExpertChecksumError(const BlobSource& src, int layer, int expert) {
   const uint64_t offset = src.stride * static_cast<uint64_t>(expert);
   return Error(ErrorCode::kCorrupt,

@@ -22,6 +22,16 @@ void CloseBlobSource(BlobSource& src);
 // A read of expert e's whole stride (dst null: into the queue's buffer); done is left to fill.
 ReadJob BlobJob(const BlobSource& src, int expert, uint8_t* dst);
 
+// What to do with a finished read of expert e (attempt 0 or 1): accept it, read it once more
+// (its checksum failed the first time), or fail (an I/O error, or a second mismatch).
+struct BlobCheck {
+  Status status;
+  bool mismatch = false;  // the checksum failed on this read
+  bool retry = false;     // read it again
+};
+BlobCheck CheckBlobRead(const BlobSource& src, int layer, int expert, int attempt, bool verify,
+                        uint64_t expected_xxh3, const Status& io, const uint8_t* data);
+
 // The error for a blob that failed its checksum on every read.
 Status ExpertChecksumError(const BlobSource& src, int layer, int expert);
 

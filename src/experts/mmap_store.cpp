@@ -188,20 +188,20 @@ class MmapExpertStore final : public ExpertStore {
     ReadJob job = BlobJob(L.src, e, nullptr);
     job.done = [this, layer, e, demand, attempt, req](const Status& io, const uint8_t* data) {
       Layer& L = layers_[layer];
-      Status st = io;
-      const bool bad = st.ok() && opt_.verify && Xxh3_64(data, L.src.stride) != L.info->xxh3[e];
+      const BlobCheck c =
+          CheckBlobRead(L.src, layer, e, attempt, opt_.verify, L.info->xxh3[e], io, data);
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.bytes_read += L.src.stride;
-        if (bad) ++stats_.checksum_failures;
+        if (c.mismatch) ++stats_.checksum_failures;
       }
-      if (bad && attempt == 0) {
+      if (c.retry) {
         posix_fadvise(L.src.fd, static_cast<off_t>(L.src.stride * e),
                       static_cast<off_t>(L.src.stride), POSIX_FADV_DONTNEED);
         SubmitRead(layer, e, demand, 1, req);
         return;
       }
-      if (bad) st = ExpertChecksumError(L.src, layer, e);
+      const Status& st = c.status;
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (st.ok() && opt_.verify) L.verified[e] = 1;

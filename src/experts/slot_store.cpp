@@ -252,18 +252,18 @@ class SlotExpertStore final : public ExpertStore {
     ReadJob job = BlobJob(L.src, e, L.mem + L.src.stride * static_cast<uint64_t>(s));
     job.done = [this, layer, s, e, demand, attempt](const Status& io, const uint8_t* data) {
       Layer& L = layers_[layer];
-      Status st = io;
-      bool bad = st.ok() && opt_.verify && Xxh3_64(data, L.src.stride) != L.info->xxh3[e];
+      const BlobCheck c =
+          CheckBlobRead(L.src, layer, e, attempt, opt_.verify, L.info->xxh3[e], io, data);
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.bytes_read += L.src.stride;
-        if (bad) ++stats_.checksum_failures;
+        if (c.mismatch) ++stats_.checksum_failures;
       }
-      if (bad && attempt == 0) {
+      if (c.retry) {
         SubmitRead(layer, s, e, true, 1);
         return;
       }
-      if (bad) st = ExpertChecksumError(L.src, layer, e);
+      const Status& st = c.status;
       {
         std::lock_guard<std::mutex> lock(mu_);
         Slot& slot = L.slots[s];

@@ -1,5 +1,7 @@
 #include "tokenizer/jinja_text.h"
 
+#include "tokenizer/utf8.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -52,21 +54,7 @@ std::vector<char32_t> DecodeUtf8(std::string_view s) {
 }
 
 void AppendUtf8(std::string* out, char32_t cp) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  utf8::AppendCodePoint(static_cast<uint32_t>(cp), out);
 }
 
 std::string EncodeUtf8(const std::vector<char32_t>& cps) {
