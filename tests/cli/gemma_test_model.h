@@ -127,4 +127,18 @@ inline GemmaTestModel GemmaTinyModel() {
   return m;
 }
 
+// GemmaTinyModel made once per test process.
+inline const GemmaTestModel& SharedGemmaTinyModel() {
+  static const GemmaTestModel m = GemmaTinyModel();
+  return m;
+}
+
 }  // namespace rw::test
+
+// Skips (saying why) without node and the npm packages; fails if preparing the model failed.
+#define REQUIRE_GEMMA_TINY_MODEL()                                             \
+  do {                                                                         \
+    const ::rw::test::GemmaTestModel& m_ = ::rw::test::SharedGemmaTinyModel(); \
+    if (!m_.skip.empty()) GTEST_SKIP() << m_.skip;                             \
+    ASSERT_TRUE(m_.error.empty()) << m_.error;                                 \
+  } while (0)

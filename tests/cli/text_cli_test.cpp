@@ -18,15 +18,8 @@ namespace rw {
 namespace {
 
 const test::GemmaTestModel& Model() {
-  static const test::GemmaTestModel m = test::GemmaTinyModel();
-  return m;
+  return test::SharedGemmaTinyModel();
 }
-
-#define REQUIRE_MODEL()                                      \
-  do {                                                       \
-    if (!Model().skip.empty()) GTEST_SKIP() << Model().skip; \
-    ASSERT_TRUE(Model().error.empty()) << Model().error;     \
-  } while (0)
 
 struct CmdResult {
   int code;
@@ -58,7 +51,7 @@ std::string ModelArg() {
 }
 
 TEST(TokenizeCli, EncodesDecodesAndMatchesTheLibrary) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   auto tok = Tokenizer::Load(Model().tokenizer_dir + "/tokenizer.json");
   ASSERT_TRUE(tok.ok());
   const std::string text = "Hello world! Grüße, 你好 🦜\n  indented";
@@ -85,7 +78,7 @@ TEST(TokenizeCli, EncodesDecodesAndMatchesTheLibrary) {
 }
 
 TEST(TokenizeCli, BadInputIsAClearError) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   CmdResult bad_id = Redwing("tokenize --decode " + ModelArg(), "[1, 99999999]");
   EXPECT_EQ(bad_id.code, 1);
   EXPECT_NE(bad_id.err.find("99999999"), std::string::npos) << bad_id.err;
@@ -124,7 +117,7 @@ Json RoundTripCases() {
 }
 
 TEST(RunCli, ChatPromptIdsEqualTheOracleTemplateTokenizedByTheOracleTokenizer) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   const std::string tpl = std::string(REDWING_SOURCE_DIR) +
                           "/../shared/reference/gemma4-templates/" + "google-gemma-4-31B-it.jinja";
   if (!PathExists(tpl)) GTEST_SKIP() << "the reference Gemma 4 template is not at " << tpl;
@@ -167,7 +160,7 @@ TEST(RunCli, ChatPromptIdsEqualTheOracleTemplateTokenizedByTheOracleTokenizer) {
 }
 
 TEST(RunCli, StreamsTextThatDecodesTheSampledIds) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   auto tok = Tokenizer::Load(Model().tokenizer_dir + "/tokenizer.json");
   ASSERT_TRUE(tok.ok());
   const std::string common = "run " + ModelArg() + " --prompt 'Once upon a time' --max-new 12 " +
@@ -193,7 +186,7 @@ TEST(RunCli, StreamsTextThatDecodesTheSampledIds) {
 }
 
 TEST(RunCli, SameSeedSameTextWhateverThePrefillChunking) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   const std::string common =
       "run " + ModelArg() + " --chat-prompt 'Tell me a story about a red wing' --max-new 16 " +
       "--temperature 1.0 --top-k 0 --top-p 1 --seed 1234 --print-ids --quiet";
@@ -208,7 +201,7 @@ TEST(RunCli, SameSeedSameTextWhateverThePrefillChunking) {
 }
 
 TEST(RunCli, StopStringEndsTheAnswer) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   // Generate once, then stop on a piece of what came out: the text ends just before it.
   CmdResult full =
       Redwing("run " + ModelArg() + " --prompt 'abc' --max-new 24 --temperature 0 --quiet");
@@ -229,7 +222,7 @@ TEST(RunCli, StopStringEndsTheAnswer) {
 }
 
 TEST(RunCli, BadFlagsAreClearErrors) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   struct Case {
     std::string args, expect;
     int code;
@@ -270,7 +263,7 @@ std::vector<std::array<int, 3>> StatsLines(const std::string& out) {
 }
 
 TEST(ChatCli, TwoTurnsThroughATerminalReuseTheFirstTurnsCache) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   test::PtyProcess p({REDWING_BINARY, "chat", "--model", Model().model_dir, "--temperature", "0",
                       "--max-new", "6"});
   ASSERT_TRUE(p.started());
@@ -312,7 +305,7 @@ TEST(ChatCli, TwoTurnsThroughATerminalReuseTheFirstTurnsCache) {
 }
 
 TEST(ChatCli, CtrlCStopsTheAnswerNotTheProgram) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   test::PtyProcess p({REDWING_BINARY, "chat", "--model", Model().model_dir, "--max-new", "100000",
                       "--max-context", "4096", "--quiet"});
   ASSERT_TRUE(p.started());

@@ -18,15 +18,8 @@ using test::NowMs;
 using test::ServerProcess;
 
 const test::GemmaTestModel& Model() {
-  static const test::GemmaTestModel m = test::GemmaTinyModel();
-  return m;
+  return test::SharedGemmaTinyModel();
 }
-
-#define REQUIRE_MODEL()                                      \
-  do {                                                       \
-    if (!Model().skip.empty()) GTEST_SKIP() << Model().skip; \
-    ASSERT_TRUE(Model().error.empty()) << Model().error;     \
-  } while (0)
 
 #define REQUIRE_SERVER(s) ASSERT_TRUE((s).error().empty()) << (s).error()
 
@@ -81,7 +74,7 @@ Json Health(int port) {
 }
 
 TEST(ServeSdk, ChatStreamingCompletionsWrongKeyAndTooLong) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {"--api-key", "sk-test", "--max-context", "512"});
   REQUIRE_SERVER(server);
   std::string skip;
@@ -121,7 +114,7 @@ TEST(ServeSdk, ChatStreamingCompletionsWrongKeyAndTooLong) {
 }
 
 TEST(ServeSdk, ToolCallRoundTrip) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   // The tiny model's weights are random, so its token choices are forced (the model still runs
   // every step): a Gemma 4 tool call ending at <|tool_response>, then an answer.
   const std::string replies = test::ServeTempPath("replies.json");
@@ -158,7 +151,7 @@ TEST(ServeSdk, ToolCallRoundTrip) {
 }
 
 TEST(Serve, ToolDeclarationsReachThePrompt) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {});
   REQUIRE_SERVER(server);
   Json body = ChatBody("Weather?", 1);
@@ -179,7 +172,7 @@ TEST(Serve, ToolDeclarationsReachThePrompt) {
 }
 
 TEST(Serve, GreedyAnswerEqualsRedwingRun) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {});
   REQUIRE_SERVER(server);
   const std::string model = "--model '" + Model().model_dir + "'";
@@ -209,7 +202,7 @@ TEST(Serve, GreedyAnswerEqualsRedwingRun) {
 }
 
 TEST(Serve, NextTurnPrefillsOnlyTheNewMessages) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {});
   REQUIRE_SERVER(server);
   HttpClient c(server.port());
@@ -230,7 +223,7 @@ TEST(Serve, NextTurnPrefillsOnlyTheNewMessages) {
 }
 
 TEST(Serve, QueueServesInOrderAndRefusesBeyondIt) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {"--max-queue", "2"});
   REQUIRE_SERVER(server);
   // A: a long streamed answer holds the engine.
@@ -272,7 +265,7 @@ TEST(Serve, QueueServesInOrderAndRefusesBeyondIt) {
 }
 
 TEST(Serve, DisconnectingClientFreesTheEngine) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {});
   REQUIRE_SERVER(server);
   for (bool stream : {true, false}) {
@@ -315,7 +308,7 @@ TEST(Serve, DisconnectingClientFreesTheEngine) {
 }
 
 TEST(Serve, StreamSendsCommentsDuringALongPrefill) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {"--sse-keepalive", "0.05", "--prefill-chunk", "4"});
   REQUIRE_SERVER(server);
   std::string words;
@@ -328,7 +321,7 @@ TEST(Serve, StreamSendsCommentsDuringALongPrefill) {
 }
 
 TEST(Serve, ReasoningAndStopStrings) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   // Forced output: a thinking channel, then an answer that contains a stop string.
   const std::string replies = test::ServeTempPath("think.json");
   ASSERT_TRUE(
@@ -370,7 +363,7 @@ TEST(Serve, ReasoningAndStopStrings) {
 }
 
 TEST(Serve, SigtermStopsCleanlyMidStream) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {});
   REQUIRE_SERVER(server);
   HttpClient a(server.port());
@@ -384,7 +377,7 @@ TEST(Serve, SigtermStopsCleanlyMidStream) {
 }
 
 TEST(Serve, ThousandRequestsLeaveMemoryFlat) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {});
   REQUIRE_SERVER(server);
   HttpClient c(server.port());
@@ -407,7 +400,7 @@ TEST(Serve, ThousandRequestsLeaveMemoryFlat) {
 }
 
 TEST(Serve, ChatPageIsSelfContained) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {"--api-key", "k"});
   REQUIRE_SERVER(server);
   HttpClient c(server.port());
@@ -421,7 +414,7 @@ TEST(Serve, ChatPageIsSelfContained) {
 }
 
 TEST(ServePage, BrowserChatsStreamsAndStops) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   int rc = 0;
   const std::string chromium = test::ShellOut("command -v chromium", &rc);
   if (rc != 0 || chromium.empty())

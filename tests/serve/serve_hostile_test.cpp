@@ -15,15 +15,8 @@ using test::NowMs;
 using test::ServerProcess;
 
 const test::GemmaTestModel& Model() {
-  static const test::GemmaTestModel m = test::GemmaTinyModel();
-  return m;
+  return test::SharedGemmaTinyModel();
 }
-
-#define REQUIRE_MODEL()                                      \
-  do {                                                       \
-    if (!Model().skip.empty()) GTEST_SKIP() << Model().skip; \
-    ASSERT_TRUE(Model().error.empty()) << Model().error;     \
-  } while (0)
 
 // Short deadlines and caps so the test is quick.
 std::vector<std::string> HostileFlags() {
@@ -53,7 +46,7 @@ bool ServesHealth(int port) {
 }
 
 TEST(ServeHostile, BadRequestBodiesGetOpenAiErrors) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, HostileFlags());
   ASSERT_TRUE(server.error().empty()) << server.error();
   HttpClient c(server.port());
@@ -136,7 +129,7 @@ TEST(ServeHostile, BadRequestBodiesGetOpenAiErrors) {
 }
 
 TEST(ServeHostile, RoutesMethodsAuthAndCors) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, HostileFlags());
   ASSERT_TRUE(server.error().empty()) << server.error();
   HttpClient c(server.port());
@@ -163,7 +156,7 @@ TEST(ServeHostile, RoutesMethodsAuthAndCors) {
 }
 
 TEST(ServeHostile, HugeBodiesAndBadHttp) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, HostileFlags());
   ASSERT_TRUE(server.error().empty()) << server.error();
   {  // A declared 1 GB body is refused before it is sent.
@@ -220,7 +213,7 @@ TEST(ServeHostile, HugeBodiesAndBadHttp) {
 }
 
 TEST(ServeHostile, SlowSendersAreCutOff) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, HostileFlags());
   ASSERT_TRUE(server.error().empty()) << server.error();
   // Slowloris: a header byte every 100 ms never finishes within the 1 s header deadline.
@@ -257,7 +250,7 @@ TEST(ServeHostile, SlowSendersAreCutOff) {
 }
 
 TEST(ServeHostile, ConnectionFloodIsBoundedAndTheServerStaysUp) {
-  REQUIRE_MODEL();
+  REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, HostileFlags());
   ASSERT_TRUE(server.error().empty()) << server.error();
   std::vector<std::unique_ptr<HttpClient>> flood;
