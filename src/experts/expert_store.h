@@ -63,6 +63,10 @@ class ExpertStore {
   virtual void Prefetch(int layer, std::span<const int> experts) { (void)layer, (void)experts; }
   // How many experts one Begin may hold per layer.
   virtual int capacity_per_layer() const = 0;
+  // Address ranges inside which every blob Wait hands out lies, fixed for the store's lifetime
+  // (the mmap store's file mappings), so a GPU backend may pin them and copy blobs from them
+  // directly. Empty when blobs live in recycled buffers (slots).
+  virtual std::vector<std::pair<const uint8_t*, uint64_t>> MappedRegions() const { return {}; }
 
   // Begin + Wait for all + refs in out (Release still needed).
   Status Acquire(int layer, std::span<const int> experts, ExpertRef* out);

@@ -61,6 +61,12 @@ class MmapExpertStore final : public ExpertStore {
     return Status::Ok();
   }
 
+  std::vector<std::pair<const uint8_t*, uint64_t>> MappedRegions() const override {
+    std::vector<std::pair<const uint8_t*, uint64_t>> out;
+    for (const Layer& L : layers_) out.push_back({L.map.data(), L.map.size()});
+    return out;
+  }
+
   Status Begin(int layer, std::span<const int> experts, uint8_t* resident) override {
     if (layer < 0 || layer >= static_cast<int>(layers_.size()))
       return Error(ErrorCode::kInvalidArgument, "expert layer {} out of range", layer);

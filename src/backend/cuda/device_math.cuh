@@ -1,0 +1,74 @@
+// Device helpers shared by the .cu files: bf16 widening, warp/block reductions and the weight
+// formats of DevMat (see backend/weight_view.h for the layout).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/ops.h"
+
+namespace rw::cuda {
+
+__device__ __forceinline__ float Bf16Bits(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+__device__ __forceinline__ float WarpAllSum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ double WarpAllSumD(double v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ double BlockSumD(double v, double* smem32) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = WarpAllSumD(v);
+  __syncthreads();
+  if (lane == 0) smem32[warp] = v;
+  __syncthreads();
+  double t = 0.0;
+  for (int i = 0; i < warps; ++i) t += smem32[i];  // fixed order: deterministic
+  return t;
+}
+
+// Element (row, col) of a weight (the reference formula: s·q + b, two roundings).
+__device__ __forceinline__ float MatAt(const DevMat& w, int64_t row, int64_t col) {
+  switch (w.type) {
+    case DevMat::kF32:
+      return static_cast<const float*>(w.data)[row * w.cols + col];
+    case DevMat::kBf16:
+      return Bf16Bits(static_cast<const uint16_t*>(w.data)[row * w.cols + col]);
+    default: {
+      const int per = 32 / w.bits;
+      const uint32_t word = static_cast<const uint32_t*>(w.data)[row * (w.cols / per) + col / per];
+      const uint32_t q = (word >> ((col % per) * w.bits)) & ((1u << w.bits) - 1u);
+      const int64_t g = row * (w.cols / w.group) + col / w.group;
+      return Bf16Bits(w.scales[g]) * static_cast<float>(q) + Bf16Bits(w.biases[g]);
+    }
+  }
+}
+
+// An expert matrix with its offsets resolved against the blob's device address.
+__device__ __forceinline__ DevMat Resolve(DevMat m, const uint8_t* blob) {
+  m.data = blob + reinterpret_cast<uintptr_t>(m.data);
+  m.scales = reinterpret_cast<const uint16_t*>(blob + reinterpret_cast<uintptr_t>(m.scales));
+  m.biases = reinterpret_cast<const uint16_t*>(blob + reinterpret_cast<uintptr_t>(m.biases));
+  return m;
+}
+
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as the CPU's GeluTanh.
+__device__ __forceinline__ float GeluTanh(float x) {
+  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+inline unsigned Blocks(int64_t n, int per) {
+  return static_cast<unsigned>((n + per - 1) / per);
+}
+
+}  // namespace rw::cuda

@@ -1,0 +1,143 @@
+// Launchers for the CUDA forward pass's op set, with a plain interface (raw device pointers,
+// cudaError_t, a stream): the .cu files include nothing nvcc's front end cannot digest, and the
+// runtime wraps them. Every op mirrors one in backend/cpu/ops.h (its scalar reference is the
+// oracle the tests compare against); activations and accumulation are fp32.
+//
+// Positions come from device memory (`pos0`: an int64 the caller uploads once per call) so a
+// decode step can be captured in a CUDA graph and replayed at any position.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace rw::cuda {
+
+// A weight matrix in device memory, laid out exactly as WeightView documents (mirrored here
+// because weight_view.h pulls in fmt, which .cu files must not see).
+struct DevMat {
+  enum Type : int { kF32 = 0, kBf16 = 1, kAffine = 2 };
+  int type = kF32;
+  int bits = 0, group = 0;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;
+  const uint16_t* scales = nullptr;
+  const uint16_t* biases = nullptr;
+};
+
+// One routed expert's three matrices; data/scales/biases hold byte offsets from the expert's
+// blob (the kernels add the blob's device address).
+struct ExpertMats {
+  DevMat gate, up, down;
+};
+
+// ---- Linear -----------------------------------------------------------------------------------
+
+// y[N] = W·x (decode).
+cudaError_t LaunchMatVec(const DevMat& w, const float* x, float* y, cudaStream_t s);
+// y[i] = w[i]·x for i < n (1..3 matrices with the same input: one launch for q/k/v, gate/up).
+cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const float* x,
+                              cudaStream_t s);
+// Y[m][N] = X[m][K]·Wᵀ (prefill): tiles of W dequantized into shared memory.
+cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s);
+
+// The dense MLP's first half (decode): h = gelu_tanh(gate·x) ⊙ (up·x).
+cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float* x, float* h,
+                              cudaStream_t s);
+
+// Routed experts, decode: slot j < n uses the blob blobs[idx[j]] when idx is given (a table of
+// resident experts indexed by the router's choice, on the GPU) else blobs[j], and input
+// x + j·x_stride: h[j] = gelu_tanh(gate·x) ⊙ (up·x) ([n][I]); then y[j] = down·h[j] ([n][H]).
+cudaError_t LaunchExpertGateUp(const ExpertMats& e, const uint8_t* const* blobs, const int* idx,
+                               int n, const float* x, int64_t x_stride, float* h, cudaStream_t s);
+cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, const int* idx,
+                             int n, const float* h, float* y, cudaStream_t s);
+
+// Routed experts, prefill: group i (< groups) is expert blob blobs[i] applied to rows
+// [row0[i], row0[i] + rows[i]) of the grouped buffers; gather (may be null) maps a grouped row
+// to its row of x (the token). max_rows bounds rows[i] (grid size).
+// which: 0 gate, 1 up, 2 down.
+cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* const* blobs,
+                               int groups, const int* row0, const int* rows, int max_rows,
+                               const int* gather, const float* x, float* y, cudaStream_t s);
+
+// ---- Norms, activations, elementwise ----------------------------------------------------------
+
+// y = x · (mean(x²) + eps)^-½ · w per row of n (w null: weightless). In place allowed.
+cudaError_t LaunchRmsNormRows(const float* x, float* y, int64_t rows, int n, const float* w,
+                              float eps, cudaStream_t s);
+// x = (x + RmsNorm(y)·w) · scalar per row (the residual updates A8 and F4/F5).
+cudaError_t LaunchAddRmsNorm(float* x, const float* y, int64_t rows, int n, const float* w,
+                             float eps, float scalar, cudaStream_t s);
+// The router's input: r = RmsNorm_0(x) ⊙ scale · root per row.
+cudaError_t LaunchRouterInput(const float* x, float* r, int64_t rows, int n, const float* scale,
+                              float root, float eps, cudaStream_t s);
+// The feed-forward inputs from one read of the residual: a = RmsNorm(x)·pre_ff,
+// a2 = RmsNorm(x)·pre_ff2 and r = RmsNorm_0(x) ⊙ router_scale · root (a2, r may be null).
+cudaError_t LaunchFfnInputs(const float* x, int64_t rows, int n, const float* pre_ff,
+                            const float* pre_ff2, const float* router_scale, float root, float eps,
+                            float* a, float* a2, float* r, cudaStream_t s);
+// gate = gelu_tanh(gate) · up.
+cudaError_t LaunchGeglu(float* gate, const float* up, int64_t n, cudaStream_t s);
+// x = cap · tanh(x / cap).
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t s);
+cudaError_t LaunchAdd(float* y, const float* x, int64_t n, cudaStream_t s);
+cudaError_t LaunchScale(float* y, float a, int64_t n, cudaStream_t s);
+cudaError_t LaunchAxpy(float* y, float a, const float* x, int64_t n, cudaStream_t s);
+// out[t] = row ids[t] of the embedding, dequantized, × scale.
+cudaError_t LaunchEmbed(const DevMat& e, const int* ids, int64_t m, float scale, float* out,
+                        cudaStream_t s);
+
+// ---- RoPE and the KV cache --------------------------------------------------------------------
+
+// cos/sin [m][half] of float(pos0 + t)·inv_freq[i].
+cudaError_t LaunchRopeTable(const int64_t* pos0, int64_t m, const float* inv_freq, int half,
+                            float* cos, float* sin, cudaStream_t s);
+// x [m][n_heads][head_dim], NeoX pairs (i, i + d/2), table row t for token t.
+cudaError_t LaunchRopeNeox(float* x, int64_t m, int n_heads, int head_dim, const float* cos,
+                           const float* sin, cudaStream_t s);
+// Stores k, v [m][n_kv][hd] at positions pos0 + t into caches [n_kv][capacity][hd], slot
+// p % capacity. v may be null (not stored).
+cudaError_t LaunchKvStore(const float* k, const float* v, float* k_cache, float* v_cache, int64_t m,
+                          int n_kv, int head_dim, int64_t capacity, const int64_t* pos0,
+                          cudaStream_t s);
+
+// Fused decode/prefill step after the projections (A3–A4): per head, q = RoPE(RmsNorm(q)·q_norm),
+// k = RoPE(RmsNorm(k)·k_norm), v = RmsNorm_0(v) (all in place), then k and v stored at
+// positions pos0 + t. Same arithmetic as the separate kernels.
+cudaError_t LaunchQkvPost(float* q, float* k, float* v, int64_t m, int n_heads, int n_kv,
+                          int head_dim, const float* q_norm, const float* k_norm, const float* cos,
+                          const float* sin, float* k_cache, float* v_cache, int64_t capacity,
+                          const int64_t* pos0, float eps, cudaStream_t s);
+
+// ---- Attention --------------------------------------------------------------------------------
+
+// m queries at positions pos0 + t, q and out [m][n_heads][hd]; query t sees keys τ <= p with
+// p − τ < window when window > 0; GQA (head i reads KV head i / (n_heads / n_kv)). The key
+// range of each query is cut into `splits` parts computed in parallel and merged (split-KV);
+// partial needs AttentionPartialFloats(m, n_heads, hd, splits) floats.
+int64_t AttentionPartialFloats(int64_t m, int n_heads, int head_dim, int splits);
+cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float* k_cache,
+                            const float* v_cache, int n_kv, int head_dim, int64_t capacity,
+                            const int64_t* pos0, int64_t window, float scale, int splits,
+                            float* partial, float* out, cudaStream_t s);
+
+// ---- Router and MoE ---------------------------------------------------------------------------
+
+// Per token (row of E logits): softmax, top-k (ties to the lower index, NaN first), weights
+// renormalized to sum 1 × per_expert_scale. probs (may equal logits) receives the softmax.
+cudaError_t LaunchRouteTopK(const float* logits, float* probs, int64_t m, int num_experts, int k,
+                            const float* per_expert_scale, int* idx, float* w, cudaStream_t s);
+// out[t] = Σ_j w[t][j] · y[row(t, j)] summed in ascending expert index order, row(t, j) =
+// rows ? rows[t·k + j] : t·k + j.
+cudaError_t LaunchMoeCombine(const int* idx, const float* w, const int* rows, const float* y,
+                             int64_t m, int k, int n, float* out, cudaStream_t s);
+// The end of a MoE layer per token (F1's tail, F3–F5): moe as LaunchMoeCombine,
+// m1 = RmsNorm(m1)·post_ff1 (m1 as is when post_ff1 is null) + RmsNorm(moe)·post_ff2,
+// x = (x + RmsNorm(m1)·post_ff)·scalar.
+cudaError_t LaunchMoeFinish(const int* idx, const float* w, const int* rows, const float* y,
+                            int64_t m, int k, int n, const float* post_ff1, const float* post_ff2,
+                            float* m1, const float* post_ff, float* x, float eps, float scalar,
+                            cudaStream_t s);
+
+}  // namespace rw::cuda

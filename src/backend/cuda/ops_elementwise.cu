@@ -1,0 +1,529 @@
+// Norms, activations, RoPE, the KV store, the router's softmax/top-k and the MoE sum on the GPU.
+// Each kernel follows its CPU reference's arithmetic (backend/cpu/ops_ref.cpp) closely: sums of
+// squares and the softmax denominator in double, the same multiplication order.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/ops.h"
+
+namespace rw::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+// Row kernels run one block per row; a decode step has one row, so a block must cover it with
+// few loads per thread (latency, not bandwidth, bounds them).
+constexpr int kRowThreads = 1024;
+
+// 1 / sqrt(mean of squares + eps) of one row, computed by the whole block.
+__device__ float RowInvRms(const float* x, int n, float eps, double* smem32) {
+  double ss = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += static_cast<double>(x[i]) * x[i];
+  ss = BlockSumD(ss, smem32);
+  return 1.0f / sqrtf(static_cast<float>(ss) / static_cast<float>(n) + eps);
+}
+
+__global__ void RmsNormKernel(const float* x, float* y, int n, const float* w, float eps) {
+  __shared__ double smem[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  const float r = RowInvRms(xr, n, eps, smem);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * r * (w ? w[i] : 1.0f);
+}
+
+__global__ void AddRmsNormKernel(float* x, const float* y, int n, const float* w, float eps,
+                                 float scalar) {
+  __shared__ double smem[32];
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  const float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+  const float r = RowInvRms(yr, n, eps, smem);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = (xr[i] + yr[i] * r * w[i]) * scalar;
+}
+
+__global__ void RouterInputKernel(const float* x, float* out, int n, const float* scale, float root,
+                                  float eps) {
+  __shared__ double smem[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+  float* o = out + static_cast<int64_t>(blockIdx.x) * n;
+  const float r = RowInvRms(xr, n, eps, smem);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * r * 1.0f * scale[i] * root;
+}
+
+__global__ void GegluKernel(float* gate, const float* up, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) gate[i] = GeluTanh(gate[i]) * up[i];
+}
+
+__global__ void SoftcapKernel(float* x, int64_t n, float cap) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}
+
+__global__ void AxpyKernel(float* y, float a, const float* x, int64_t n, int mode) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  if (mode == 0)
+    y[i] += x[i];
+  else if (mode == 1)
+    y[i] *= a;
+  else
+    y[i] += a * x[i];
+}
+
+__global__ void EmbedKernel(DevMat e, const int* ids, float scale, float* out) {
+  const int64_t t = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c < e.cols) out[t * e.cols + c] = MatAt(e, ids[t], c) * scale;
+}
+
+__global__ void RopeTableKernel(const int64_t* pos0, int64_t m, const float* inv_freq, int half,
+                                float* cos_out, float* sin_out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= m * half) return;
+  const int64_t t = i / half;
+  const float angle = static_cast<float>(*pos0 + t) * inv_freq[i % half];
+  // Through double so the table is the correctly rounded value, as close to libm's as can be.
+  cos_out[i] = static_cast<float>(cos(static_cast<double>(angle)));
+  sin_out[i] = static_cast<float>(sin(static_cast<double>(angle)));
+}
+
+__global__ void RopeKernel(float* x, int64_t m, int n_heads, int head_dim, const float* cos_t,
+                           const float* sin_t) {
+  const int half = head_dim / 2;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= m * n_heads * half) return;
+  const int64_t t = i / (static_cast<int64_t>(n_heads) * half);
+  const int64_t h = (i / half) % n_heads;
+  const int j = static_cast<int>(i % half);
+  float* xh = x + (t * n_heads + h) * head_dim;
+  const float c = cos_t[t * half + j], s = sin_t[t * half + j];
+  const float a = xh[j], b = xh[j + half];
+  xh[j] = a * c - b * s;
+  xh[j + half] = b * c + a * s;
+}
+
+__global__ void KvStoreKernel(const float* k, const float* v, float* kc, float* vc, int64_t m,
+                              int n_kv, int head_dim, int64_t capacity, const int64_t* pos0) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= m * n_kv * head_dim) return;
+  const int64_t t = i / (static_cast<int64_t>(n_kv) * head_dim);
+  const int64_t h = (i / head_dim) % n_kv;
+  const int64_t d = i % head_dim;
+  const int64_t slot = (*pos0 + t) % capacity;
+  const int64_t dst = (h * capacity + slot) * head_dim + d;
+  kc[dst] = k[i];
+  if (v != nullptr) vc[dst] = v[i];
+}
+
+// Whether (va, a) ranks above (vb, b) in top-k order: NaN first, larger, then lower index.
+__device__ __forceinline__ bool Above(float va, int a, float vb, int b) {
+  if (b < 0) return a >= 0;
+  if (a < 0) return false;
+  const bool na = isnan(va), nb = isnan(vb);
+  if (na != nb) return na;
+  if (!na && va != vb) return va > vb;
+  return a < b;
+}
+
+// One block per token; dynamic shared memory: E floats of probabilities + E chosen flags.
+__global__ void RouteTopKKernel(const float* logits, float* probs, int E, int k,
+                                const float* per_expert_scale, int* idx, float* w) {
+  extern __shared__ float sp[];
+  unsigned char* chosen = reinterpret_cast<unsigned char*>(sp + E);
+  __shared__ double dsum[32];
+  __shared__ float wv[32];
+  __shared__ int wi[32];
+  __shared__ int picked[64];
+  const int t = blockIdx.x;
+  const float* l = logits + static_cast<int64_t>(t) * E;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  // Max.
+  float mx = -INFINITY;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) mx = fmaxf(mx, l[e]);
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (lane == 0) wv[warp] = mx;
+  __syncthreads();
+  mx = wv[0];
+  for (int i = 1; i < warps; ++i) mx = fmaxf(mx, wv[i]);
+  // exp and the denominator.
+  double sum = 0.0;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const float p = expf(l[e] - mx);
+    sp[e] = p;
+    chosen[e] = 0;
+    sum += p;
+  }
+  const float total = static_cast<float>(BlockSumD(sum, dsum));
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    sp[e] = sp[e] / total;
+    probs[static_cast<int64_t>(t) * E + e] = sp[e];
+  }
+  __syncthreads();
+  // k rounds of a block argmax over the experts not chosen yet.
+  for (int j = 0; j < k; ++j) {
+    float bv = 0.0f;
+    int bi = -1;
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+      if (!chosen[e] && Above(sp[e], e, bv, bi)) bv = sp[e], bi = e;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (Above(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) wv[warp] = bv, wi[warp] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float v = wv[0];
+      int b = wi[0];
+      for (int i = 1; i < warps; ++i)
+        if (Above(wv[i], wi[i], v, b)) v = wv[i], b = wi[i];
+      picked[j] = b;
+      chosen[b] = 1;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int j = 0; j < k; ++j) s += sp[picked[j]];
+    for (int j = 0; j < k; ++j) {
+      const int e = picked[j];
+      idx[t * k + j] = e;
+      w[t * k + j] = sp[e] / s * per_expert_scale[e];
+    }
+  }
+}
+
+// One warp per token for up to 256 experts: every value stays in registers and the k rounds of
+// argmax are shuffles, with no block barriers (a decode step is latency-bound here).
+constexpr int kWarpRouterMax = 8;  // experts per lane
+__global__ void RouteTopKWarpKernel(const float* logits, float* probs, int64_t m, int E, int k,
+                                    const float* per_expert_scale, int* idx, float* w) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (t >= m) return;
+  const float* l = logits + t * E;
+  float v[kWarpRouterMax];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kWarpRouterMax; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? l[e] : -INFINITY;
+    mx = fmaxf(mx, v[i]);
+  }
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  double sum = 0.0;
+#pragma unroll
+  for (int i = 0; i < kWarpRouterMax; ++i) {
+    const int e = lane + 32 * i;
+    v[i] = e < E ? expf(v[i] - mx) : 0.0f;
+    sum += v[i];
+  }
+  const float total = static_cast<float>(WarpAllSumD(sum));
+#pragma unroll
+  for (int i = 0; i < kWarpRouterMax; ++i) {
+    const int e = lane + 32 * i;
+    if (e < E) {
+      v[i] = v[i] / total;
+      probs[t * E + e] = v[i];
+    }
+  }
+  unsigned chosen = 0;  // bit i: expert lane + 32·i taken
+  float picked_sum = 0.0f;
+  int my_e = -1;  // lane j < k keeps the j-th choice
+  float my_p = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    float bv = 0.0f;
+    int bi = -1;
+#pragma unroll
+    for (int i = 0; i < kWarpRouterMax; ++i) {
+      const int e = lane + 32 * i;
+      if (e < E && !(chosen >> i & 1u) && Above(v[i], e, bv, bi)) bv = v[i], bi = e;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (Above(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if ((bi & 31) == lane) chosen |= 1u << (bi >> 5);
+    picked_sum += bv;  // in choice order, as the reference sums
+    if (lane == j) my_e = bi, my_p = bv;
+  }
+  if (lane < k) {
+    idx[t * k + lane] = my_e;
+    w[t * k + lane] = my_p / picked_sum * per_expert_scale[my_e];
+  }
+}
+
+__global__ void MoeCombineKernel(const int* idx, const float* w, const int* rows, const float* y,
+                                 int k, int n, float* out) {
+  const int64_t t = blockIdx.y;
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= n) return;
+  // Ascending expert order (each expert appears once per token).
+  int order[32];
+  for (int j = 0; j < k; ++j) {
+    int q = j;
+    while (q > 0 && idx[t * k + order[q - 1]] > idx[t * k + j]) {
+      order[q] = order[q - 1];
+      --q;
+    }
+    order[q] = j;
+  }
+  float acc = 0.0f;
+  for (int q = 0; q < k; ++q) {
+    const int j = order[q];
+    const int64_t r = rows != nullptr ? rows[t * k + j] : t * k + j;
+    acc += w[t * k + j] * y[r * n + c];
+  }
+  out[t * n + c] = acc;
+}
+
+// One block per (token, head row): q heads, then k heads, then v heads.
+__global__ void QkvPostKernel(float* q, float* k, float* v, int n_heads, int n_kv, int hd,
+                              const float* q_norm, const float* k_norm, const float* cos_t,
+                              const float* sin_t, float* kc, float* vc, int64_t capacity,
+                              const int64_t* pos0, float eps) {
+  __shared__ double smem[32];
+  __shared__ float row[512];
+  const int rows = n_heads + 2 * n_kv;
+  const int64_t t = blockIdx.x / rows;
+  const int r = blockIdx.x % rows;
+  float* x;
+  const float* w;
+  int kind;  // 0 q, 1 k, 2 v
+  if (r < n_heads) {
+    x = q + (t * n_heads + r) * hd, w = q_norm, kind = 0;
+  } else if (r < n_heads + n_kv) {
+    x = k + (t * n_kv + (r - n_heads)) * hd, w = k_norm, kind = 1;
+  } else {
+    x = v + (t * n_kv + (r - n_heads - n_kv)) * hd, w = nullptr, kind = 2;
+  }
+  const float inv = RowInvRms(x, hd, eps, smem);
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) row[i] = x[i] * inv * (w ? w[i] : 1.0f);
+  __syncthreads();
+  const int half = hd / 2;
+  if (kind < 2) {
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      const float c = cos_t[t * half + i], sn = sin_t[t * half + i];
+      const float a = row[i], b = row[i + half];
+      x[i] = a * c - b * sn;
+      x[i + half] = b * c + a * sn;
+    }
+  } else {
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) x[i] = row[i];
+  }
+  if (kind == 0) return;
+  __syncthreads();
+  const int h = kind == 1 ? r - n_heads : r - n_heads - n_kv;
+  float* cache = kind == 1 ? kc : vc;
+  const int64_t slot = (*pos0 + t) % capacity;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x)
+    cache[(static_cast<int64_t>(h) * capacity + slot) * hd + i] = x[i];
+}
+
+// The three normalized copies of the residual the feed-forward half reads.
+__global__ void FfnInputsKernel(const float* x, int n, const float* pre_ff, const float* pre_ff2,
+                                const float* router_scale, float root, float eps, float* a,
+                                float* a2, float* r) {
+  __shared__ double smem[32];
+  const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
+  const float* xr = x + off;
+  const float inv = RowInvRms(xr, n, eps, smem);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i];
+    a[off + i] = v * inv * pre_ff[i];
+    if (a2 != nullptr) a2[off + i] = v * inv * pre_ff2[i];
+    if (r != nullptr) r[off + i] = v * inv * 1.0f * router_scale[i] * root;
+  }
+}
+
+// Per token: moe = Σ_j w_j·y_j (ascending expert order); m2 = RmsNorm(moe)·post2;
+// m1 += m2; x = (x + RmsNorm(m1)·post)·scalar. Dynamic shared memory: n floats.
+__global__ void MoeFinishKernel(const int* idx, const float* w, const int* rows, const float* y,
+                                int k, int n, const float* post1, const float* post2, float* m1,
+                                const float* post, float* x, float eps, float scalar) {
+  extern __shared__ float moe[];
+  __shared__ double smem[32];
+  const int64_t t = blockIdx.x;
+  int order[32];
+  for (int j = 0; j < k; ++j) {
+    int q = j;
+    while (q > 0 && idx[t * k + order[q - 1]] > idx[t * k + j]) {
+      order[q] = order[q - 1];
+      --q;
+    }
+    order[q] = j;
+  }
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int q = 0; q < k; ++q) {
+      const int j = order[q];
+      const int64_t rr = rows != nullptr ? rows[t * k + j] : t * k + j;
+      acc += w[t * k + j] * y[rr * n + c];
+    }
+    moe[c] = acc;
+  }
+  __syncthreads();
+  const float inv2 = RowInvRms(moe, n, eps, smem);
+  float* m1r = m1 + t * n;
+  // m1 = RmsNorm(dense)·post1 (when given) + RmsNorm(moe)·post2.
+  const float inv1 = post1 != nullptr ? RowInvRms(m1r, n, eps, smem) : 1.0f;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    const float d = post1 != nullptr ? m1r[c] * inv1 * post1[c] : m1r[c];
+    m1r[c] = d + moe[c] * inv2 * post2[c];
+  }
+  __syncthreads();
+  const float inv = RowInvRms(m1r, n, eps, smem);
+  float* xr = x + t * n;
+  for (int c = threadIdx.x; c < n; c += blockDim.x)
+    xr[c] = (xr[c] + m1r[c] * inv * post[c]) * scalar;
+}
+
+unsigned Grid(int64_t n) {
+  return Blocks(n, kThreads);
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNormRows(const float* x, float* y, int64_t rows, int n, const float* w,
+                              float eps, cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, y, n, w, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddRmsNorm(float* x, const float* y, int64_t rows, int n, const float* w,
+                             float eps, float scalar, cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  AddRmsNormKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, y, n, w, eps, scalar);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRouterInput(const float* x, float* r, int64_t rows, int n, const float* scale,
+                              float root, float eps, cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  RouterInputKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, r, n, scale, root, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGeglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  GegluKernel<<<Grid(n), kThreads, 0, s>>>(gate, up, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  SoftcapKernel<<<Grid(n), kThreads, 0, s>>>(x, n, cap);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(float* y, const float* x, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  AxpyKernel<<<Grid(n), kThreads, 0, s>>>(y, 1.0f, x, n, 0);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScale(float* y, float a, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  AxpyKernel<<<Grid(n), kThreads, 0, s>>>(y, a, nullptr, n, 1);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAxpy(float* y, float a, const float* x, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  AxpyKernel<<<Grid(n), kThreads, 0, s>>>(y, a, x, n, 2);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbed(const DevMat& e, const int* ids, int64_t m, float scale, float* out,
+                        cudaStream_t s) {
+  if (m <= 0) return cudaSuccess;
+  const dim3 grid(Grid(e.cols), static_cast<unsigned>(m));
+  EmbedKernel<<<grid, kThreads, 0, s>>>(e, ids, scale, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeTable(const int64_t* pos0, int64_t m, const float* inv_freq, int half,
+                            float* cos, float* sin, cudaStream_t s) {
+  if (m * half <= 0) return cudaSuccess;
+  RopeTableKernel<<<Grid(m * half), kThreads, 0, s>>>(pos0, m, inv_freq, half, cos, sin);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeNeox(float* x, int64_t m, int n_heads, int head_dim, const float* cos,
+                           const float* sin, cudaStream_t s) {
+  const int64_t n = m * n_heads * (head_dim / 2);
+  if (n <= 0) return cudaSuccess;
+  RopeKernel<<<Grid(n), kThreads, 0, s>>>(x, m, n_heads, head_dim, cos, sin);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchKvStore(const float* k, const float* v, float* k_cache, float* v_cache, int64_t m,
+                          int n_kv, int head_dim, int64_t capacity, const int64_t* pos0,
+                          cudaStream_t s) {
+  const int64_t n = m * n_kv * head_dim;
+  if (n <= 0) return cudaSuccess;
+  KvStoreKernel<<<Grid(n), kThreads, 0, s>>>(k, v, k_cache, v_cache, m, n_kv, head_dim, capacity,
+                                             pos0);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRouteTopK(const float* logits, float* probs, int64_t m, int num_experts, int k,
+                            const float* per_expert_scale, int* idx, float* w, cudaStream_t s) {
+  if (m <= 0) return cudaSuccess;
+  if (k > 64 || k > num_experts) return cudaErrorInvalidValue;
+  if (num_experts <= 32 * kWarpRouterMax && k <= 32) {
+    RouteTopKWarpKernel<<<Blocks(m, 4), 128, 0, s>>>(logits, probs, m, num_experts, k,
+                                                     per_expert_scale, idx, w);
+    return cudaGetLastError();
+  }
+  const int threads = num_experts >= 256 ? 256 : ((num_experts + 31) / 32) * 32;
+  const size_t smem = static_cast<size_t>(num_experts) * (sizeof(float) + 1);
+  RouteTopKKernel<<<static_cast<unsigned>(m), threads, smem, s>>>(logits, probs, num_experts, k,
+                                                                  per_expert_scale, idx, w);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeCombine(const int* idx, const float* w, const int* rows, const float* y,
+                             int64_t m, int k, int n, float* out, cudaStream_t s) {
+  if (m <= 0) return cudaSuccess;
+  if (k > 32) return cudaErrorInvalidValue;
+  const dim3 grid(Grid(n), static_cast<unsigned>(m));
+  MoeCombineKernel<<<grid, kThreads, 0, s>>>(idx, w, rows, y, k, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchQkvPost(float* q, float* k, float* v, int64_t m, int n_heads, int n_kv,
+                          int head_dim, const float* q_norm, const float* k_norm, const float* cos,
+                          const float* sin, float* k_cache, float* v_cache, int64_t capacity,
+                          const int64_t* pos0, float eps, cudaStream_t s) {
+  if (m <= 0) return cudaSuccess;
+  if (head_dim > 512) return cudaErrorInvalidValue;
+  const int64_t blocks = m * (n_heads + 2 * n_kv);
+  QkvPostKernel<<<static_cast<unsigned>(blocks), 128, 0, s>>>(q, k, v, n_heads, n_kv, head_dim,
+                                                              q_norm, k_norm, cos, sin, k_cache,
+                                                              v_cache, capacity, pos0, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFfnInputs(const float* x, int64_t rows, int n, const float* pre_ff,
+                            const float* pre_ff2, const float* router_scale, float root, float eps,
+                            float* a, float* a2, float* r, cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  FfnInputsKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+      x, n, pre_ff, pre_ff2, router_scale, root, eps, a, a2, r);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeFinish(const int* idx, const float* w, const int* rows, const float* y,
+                            int64_t m, int k, int n, const float* post_ff1, const float* post_ff2,
+                            float* m1, const float* post_ff, float* x, float eps, float scalar,
+                            cudaStream_t s) {
+  if (m <= 0) return cudaSuccess;
+  if (k > 32 || n > 12 * 1024) return cudaErrorInvalidValue;  // the row lives in shared memory
+  MoeFinishKernel<<<static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4, s>>>(
+      idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar);
+  return cudaGetLastError();
+}
+
+}  // namespace rw::cuda

@@ -1,0 +1,569 @@
+#include "runtime/cuda_forward.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops.h"
+#include "base/log.h"
+#include "base/timer.h"
+
+namespace rw {
+namespace {
+
+cudaStream_t S(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+}  // namespace
+
+// Launches one op; with REDWING_CUDA_TIMING=1 also marks its end for the per-op GPU times.
+#define RW_K(expr, what)                         \
+  do {                                           \
+    RW_CUDA_RETURN_IF_ERROR(expr, "{}", what);   \
+    if (timing_) RW_RETURN_IF_ERROR(Mark(what)); \
+  } while (0)
+
+Result<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const CudaModel& model,
+                                                                 int64_t max_context,
+                                                                 int64_t max_chunk) {
+  auto f = std::unique_ptr<CudaForwardPass>(new CudaForwardPass(model));
+  RW_RETURN_IF_ERROR(f->Allocate(max_context, max_chunk));
+  return f;
+}
+
+CudaForwardPass::~CudaForwardPass() {
+  if (stream_ != nullptr) cudaStreamSynchronize(S(stream_));
+  if (timing_) {
+    // REDWING_CUDA_TIMING=1: GPU time per op, from events between consecutive launches.
+    for (const auto* t : {&prefill_times_, &decode_times_}) {
+      const bool dec = t == &decode_times_;
+      double sum = 0;
+      for (const auto& [label, v] : *t) sum += v.second;
+      std::fprintf(
+          stderr, "[cuda timing] %s: %.3f ms GPU in total%s\n", dec ? "decode" : "prefill", sum,
+          dec ? fmt::format(", {:.3f} ms per step over {} steps",
+                            sum / std::max<uint64_t>(1, timed_decode_steps_), timed_decode_steps_)
+                    .c_str()
+              : "");
+      std::vector<std::pair<std::string, std::pair<uint64_t, double>>> rows(t->begin(), t->end());
+      std::sort(rows.begin(), rows.end(),
+                [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+      for (const auto& [label, v] : rows)
+        std::fprintf(stderr, "[cuda timing]   %9.3f ms %7llu x %8.2f us  %s\n", v.second,
+                     static_cast<unsigned long long>(v.first), 1e3 * v.second / v.first,
+                     label.c_str());
+    }
+  }
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+  for (void* p :
+       {static_cast<void*>(h_params_), static_cast<void*>(h_plan_), static_cast<void*>(h_ptrs_),
+        static_cast<void*>(h_idx_), static_cast<void*>(h_logits_)})
+    if (p != nullptr) cudaFreeHost(p);
+  buffers_.clear();
+  if (routed_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(routed_));
+  if (stream_ != nullptr) cudaStreamDestroy(S(stream_));
+}
+
+float* CudaForwardPass::Floats(int64_t n) {
+  auto b = cuda::DeviceBuffer::Alloc(static_cast<size_t>(std::max<int64_t>(n, 4)) * 4);
+  if (!b.ok()) {
+    alloc_failed_ = true;
+    return nullptr;
+  }
+  buffers_.push_back(std::move(*b));
+  return static_cast<float*>(buffers_.back().data());
+}
+
+Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
+  CHECK(M >= 1 && max_context >= 1);
+  max_chunk_ = M;
+  cudaStream_t s;
+  RW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  stream_ = s;
+  cudaEvent_t ev;
+  RW_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
+  routed_ = ev;
+  const char* timing = std::getenv("REDWING_CUDA_TIMING");
+  timing_ = timing != nullptr && std::string(timing) == "1";
+  const int64_t H = c_.hidden_size, nh = c_.num_heads, E = c_.num_experts, k = c_.top_k;
+  const int64_t hd_max = std::max(c_.sliding.head_dim, c_.full.head_dim);
+  const int64_t kv_max = std::max(int64_t{c_.sliding.num_kv_heads} * c_.sliding.head_dim,
+                                  int64_t{c_.full.num_kv_heads} * c_.full.head_dim);
+  // KV cache, KvCache's capacities.
+  sliding_capacity_ = std::min<int64_t>(max_context, int64_t{c_.sliding_window} + M - 1);
+  bool any_sliding = false;
+  for (int i = 0; i < c_.num_layers; ++i) {
+    const AttentionGeometry& g = c_.geometry(i);
+    const int64_t cap = c_.is_full(i) ? max_context : sliding_capacity_;
+    any_sliding |= !c_.is_full(i);
+    capacity_.push_back(cap);
+    k_cache_.push_back(Floats(int64_t{g.num_kv_heads} * cap * g.head_dim));
+    v_cache_.push_back(Floats(int64_t{g.num_kv_heads} * cap * g.head_dim));
+  }
+  if (!any_sliding) sliding_capacity_ = 0;
+  x_ = Floats(M * H);
+  a_ = Floats(M * H);
+  a2_ = Floats(M * H);
+  q_ = Floats(M * nh * hd_max);
+  att_ = Floats(M * nh * hd_max);
+  k_ = Floats(M * kv_max);
+  v_ = Floats(M * kv_max);
+  o_ = Floats(M * H);
+  g_ = Floats(M * c_.intermediate_size);
+  u_ = Floats(M * c_.intermediate_size);
+  m1_ = Floats(M * H);
+  r_ = Floats(M * H);
+  int max_splits = 1;
+  for (int i = 0; i < c_.num_layers; ++i) max_splits = std::max(max_splits, Splits(i, 1));
+  partial_ = Floats(cuda::AttentionPartialFloats(std::max<int64_t>(M, max_splits), nh,
+                                                 static_cast<int>(hd_max), 1));
+  rope_cos_s_ = Floats(M * c_.sliding.head_dim / 2);
+  rope_sin_s_ = Floats(M * c_.sliding.head_dim / 2);
+  rope_cos_f_ = Floats(M * c_.full.head_dim / 2);
+  rope_sin_f_ = Floats(M * c_.full.head_dim / 2);
+  logits_rows_ = 1;
+  logits_ = Floats(c_.vocab_size);
+  auto bytes = cuda::DeviceBuffer::Alloc(8 + 4 * static_cast<size_t>(M));
+  RW_RETURN_IF_ERROR(bytes.status());
+  buffers_.push_back(std::move(*bytes));
+  params_ = static_cast<uint8_t*>(buffers_.back().data());
+  RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_params_, 8 + 4 * static_cast<size_t>(M)), "pinned");
+  RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_logits_, 4 * static_cast<size_t>(c_.vocab_size)),
+                          "pinned");
+  if (c_.enable_moe) {
+    const int64_t I = c_.moe_intermediate_size;
+    router_logits_ = Floats(M * E);
+    topk_w_ = Floats(M * k);
+    topk_idx_ = reinterpret_cast<int*>(Floats(M * k));
+    ex_g_ = Floats(M * k * I);
+    ex_u_ = Floats(M * k * I);
+    ex_y_ = Floats(M * k * H);
+    plan_ints_ = 2 * M * k + 2 * E;
+    plan_ = reinterpret_cast<int*>(Floats(c_.num_layers * plan_ints_));
+    ptrs_ = reinterpret_cast<const uint8_t**>(Floats(2 * c_.num_layers * E));
+    const size_t L = static_cast<size_t>(c_.num_layers);
+    RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_plan_, L * plan_ints_ * 4), "pinned");
+    RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_ptrs_, L * E * sizeof(void*)), "pinned");
+    RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_idx_, static_cast<size_t>(M * k) * 4), "pinned");
+  }
+  if (alloc_failed_)
+    return Error(ErrorCode::kResourceExhausted,
+                 "the KV cache and scratch of a session do not fit on the GPU (--max-context, "
+                 "--prefill-chunk or --vram-budget)");
+  return Status::Ok();
+}
+
+int CudaForwardPass::Splits(int li, int64_t m) const {
+  // Decode: enough key splits to spread a long context over the GPU, a function of the
+  // capacity only so a captured graph stays valid at every position. Prefill: one per query.
+  if (m > 1) return 1;
+  const int64_t cap = capacity_[static_cast<size_t>(li)];
+  return static_cast<int>(std::clamp<int64_t>((cap + 255) / 256, 1, 64));
+}
+
+Status CudaForwardPass::Sync() {
+  ++syncs_;
+  RW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(S(stream_)), "forward pass");
+  return Status::Ok();
+}
+
+Status CudaForwardPass::Mark(const char* what) {
+  if (marks_ >= events_.size()) {
+    cudaEvent_t ev;
+    RW_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev), "timing event");
+    events_.push_back(ev);
+    labels_.push_back(what);
+  }
+  labels_[marks_] = what;
+  // Inside a graph capture only an "external" record becomes a node that records on replay.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(S(stream_), &capture);
+  RW_CUDA_RETURN_IF_ERROR(
+      cudaEventRecordWithFlags(static_cast<cudaEvent_t>(events_[marks_]), S(stream_),
+                               capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal
+                                                                        : cudaEventRecordDefault),
+      "timing event");
+  ++marks_;
+  return Status::Ok();
+}
+
+void CudaForwardPass::CollectTimes(bool decode) {
+  auto& table = decode ? decode_times_ : prefill_times_;
+  for (size_t i = 1; i < marks_; ++i) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_[i - 1]),
+                             static_cast<cudaEvent_t>(events_[i])) != cudaSuccess)
+      continue;
+    auto& [n, total] = table[labels_[i]];
+    ++n;
+    total += ms;
+  }
+  if (decode) ++timed_decode_steps_;
+}
+
+Status CudaForwardPass::WaitRouting() {
+  ++syncs_;
+  RW_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(routed_)),
+                          "routing read-back");
+  return Status::Ok();
+}
+
+Status CudaForwardPass::Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y) {
+  const cudaError_t e =
+      m == 1 ? cuda::LaunchMatVec(w, x, y, S(stream_)) : cuda::LaunchMatMul(w, x, m, y, S(stream_));
+  RW_CUDA_RETURN_IF_ERROR(e, "linear {}x{} on {} rows", w.rows, w.cols, m);
+  if (timing_) return Mark(m == 1 ? "matvec" : "matmul");
+  return Status::Ok();
+}
+
+Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
+                            ForwardStats* stats) {
+  CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
+  Stopwatch sw;
+  std::memcpy(h_params_, &pos0, 8);
+  std::memcpy(h_params_ + 8, ids, static_cast<size_t>(m) * 4);
+  RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_, h_params_, 8 + 4 * static_cast<size_t>(m),
+                                          cudaMemcpyHostToDevice, S(stream_)),
+                          "parameters");
+  const int64_t V = c_.vocab_size;
+  const int64_t out_rows = rows == LogitsRows::kAll ? m : rows == LogitsRows::kLast ? 1 : 0;
+  if (out_rows > logits_rows_) {
+    logits_ = Floats(out_rows * V);
+    if (logits_ == nullptr) return Error(ErrorCode::kResourceExhausted, "GPU logits");
+    logits_rows_ = out_rows;
+  }
+  // One decode step as a graph when nothing in it needs the host (all experts resident).
+  const bool graphable = m == 1 && rows == LogitsRows::kLast && use_graphs_ && !graph_failed_ &&
+                         (!c_.enable_moe || model_.resident_table() != nullptr);
+  if (graphable && graph_exec_ == nullptr) {
+    cudaGraph_t graph = nullptr;
+    RW_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(S(stream_), cudaStreamCaptureModeThreadLocal),
+                            "graph capture");
+    marks_ = 0;
+    Status body = timing_ ? Mark("start") : Status::Ok();
+    if (body.ok()) body = Body(1, LogitsRows::kLast);
+    graph_marks_ = marks_;
+    const cudaError_t end = cudaStreamEndCapture(S(stream_), &graph);
+    cudaGraphExec_t exec = nullptr;
+    if (body.ok() && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+      graph_exec_ = exec;
+    } else {
+      graph_failed_ = true;  // run kernel by kernel from now on
+      RW_LOG_WARN("CUDA graph capture of a decode step failed ({}); running kernel by kernel",
+                  body.ok() ? cudaGetErrorString(end) : body.ToString());
+      cudaGetLastError();
+    }
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+  if (graphable && graph_exec_ != nullptr) {
+    marks_ = graph_marks_;  // the events captured in the graph are recorded again
+    RW_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec_), S(stream_)),
+                            "decode graph");
+    ++graph_steps_;
+  } else {
+    marks_ = 0;
+    if (timing_) RW_RETURN_IF_ERROR(Mark("start"));
+    RW_RETURN_IF_ERROR(Body(m, rows));
+  }
+  if (out_rows == 1) {
+    RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, logits_, static_cast<size_t>(V) * 4,
+                                            cudaMemcpyDeviceToHost, S(stream_)),
+                            "logits");
+    RW_RETURN_IF_ERROR(Sync());
+    std::memcpy(logits, h_logits_, static_cast<size_t>(V) * 4);
+  } else if (out_rows > 1) {
+    RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits, logits_, static_cast<size_t>(out_rows * V) * 4,
+                                            cudaMemcpyDeviceToHost, S(stream_)),
+                            "logits");
+    RW_RETURN_IF_ERROR(Sync());
+  } else {
+    RW_RETURN_IF_ERROR(Sync());  // the pinned parameters are reused by the next call
+  }
+  if (timing_) CollectTimes(m == 1);
+  if (stats != nullptr) {
+    // The GPU's parts overlap and are not timed apart: the whole call counts as attention.
+    stats->attention_s += sw.Seconds();
+    stats->tokens += m;
+    if (c_.enable_moe) stats->experts_run += m * c_.top_k * c_.num_layers;
+  }
+  return Status::Ok();
+}
+
+Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
+  RW_RETURN_IF_ERROR(Embed(m));
+  RW_RETURN_IF_ERROR(RopeTables(m));
+  for (int li = 0; li < c_.num_layers; ++li) RW_RETURN_IF_ERROR(DecoderLayer(li, m));
+  if (rows == LogitsRows::kAll) return Head(0, m);
+  if (rows == LogitsRows::kLast) return Head(m - 1, 1);
+  return Status::Ok();
+}
+
+// E0 (Gemma4TextScaledWordEmbedding): h = E[id] · embed_scale.
+Status CudaForwardPass::Embed(int64_t m) {
+  const int* ids = reinterpret_cast<const int*>(params_ + 8);
+  RW_K(cuda::LaunchEmbed(model_.embed(), ids, m, c_.embed_scale, x_, S(stream_)), "embed");
+  return Status::Ok();
+}
+
+// cos/sin of float(pos)·inv_freq for both attention kinds (Gemma4TextRotaryEmbedding).
+Status CudaForwardPass::RopeTables(int64_t m) {
+  const int64_t* pos0 = reinterpret_cast<const int64_t*>(params_);
+  RW_K(cuda::LaunchRopeTable(pos0, m, model_.inv_freq(false), c_.sliding.head_dim / 2, rope_cos_s_,
+                             rope_sin_s_, S(stream_)),
+       "rope table");
+  RW_K(cuda::LaunchRopeTable(pos0, m, model_.inv_freq(true), c_.full.head_dim / 2, rope_cos_f_,
+                             rope_sin_f_, S(stream_)),
+       "rope table");
+  return Status::Ok();
+}
+
+// Gemma4TextDecoderLayer: attention block, then the dense MLP and the routed experts read the
+// same residual h; h += RMS_post_ff(m1 + m2); h *= layer_scalar.
+Status CudaForwardPass::DecoderLayer(int li, int64_t m) {
+  const CudaLayer& L = model_.layer(li);
+  const int64_t H = c_.hidden_size;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const float scalar = model_.host().layer(li).layer_scalar;
+  RW_RETURN_IF_ERROR(Attention(li, m));
+  // The three readers of h (dense MLP, experts, router) normalize it in one pass.
+  const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
+  RW_K(cuda::LaunchFfnInputs(x_, m, static_cast<int>(H), L.pre_ff_ln, L.pre_ff_ln2, L.router_scale,
+                             root, eps, a_, c_.enable_moe ? a2_ : nullptr,
+                             c_.enable_moe ? r_ : nullptr, S(stream_)),
+       "feed-forward inputs");
+  if (c_.enable_moe) RW_RETURN_IF_ERROR(Router(li, m));
+  RW_RETURN_IF_ERROR(DenseMlp(li, m));
+  if (!c_.enable_moe) {
+    // F5 without experts: h = (h + RMS_post_ff(m1))·layer_scalar.
+    RW_K(cuda::LaunchAddRmsNorm(x_, m1_, m, static_cast<int>(H), L.post_ff_ln, eps, scalar,
+                                S(stream_)),
+         "post ff");
+    return Status::Ok();
+  }
+  return Experts(li, m);
+}
+
+// Gemma4TextAttention (A1–A8): h += RMS_post_attn(o_proj(attn(RoPE(q_norm(q)), RoPE(k_norm(k)),
+// RMS_0(v)))), scale 1.0, causal, sliding window on sliding layers, GQA.
+Status CudaForwardPass::Attention(int li, int64_t m) {
+  const CudaLayer& L = model_.layer(li);
+  const AttentionGeometry& g = c_.geometry(li);
+  const bool full = c_.is_full(li);
+  const int64_t H = c_.hidden_size;
+  const int hd = g.head_dim, nh = c_.num_heads, nkv = g.num_kv_heads;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  cudaStream_t s = S(stream_);
+  // A1.
+  RW_K(cuda::LaunchRmsNormRows(x_, a_, m, static_cast<int>(H), L.input_ln, eps, s), "input norm");
+  // A2–A4: projections; V from v_proj, or (k_eq_v) from the raw K before k_norm.
+  if (m == 1) {
+    // Decode: the projections in one launch.
+    const cuda::DevMat w[3] = {L.q, L.k, L.v};
+    float* const y[3] = {q_, k_, v_};
+    RW_K(cuda::LaunchMatVecMulti(w, y, g.k_eq_v ? 2 : 3, a_, s), "q/k/v");
+  } else {
+    RW_RETURN_IF_ERROR(Linear(L.q, a_, m, q_));
+    RW_RETURN_IF_ERROR(Linear(L.k, a_, m, k_));
+    if (!g.k_eq_v) RW_RETURN_IF_ERROR(Linear(L.v, a_, m, v_));
+  }
+  if (g.k_eq_v) {
+    RW_K(
+        cudaMemcpyAsync(v_, k_, static_cast<size_t>(m * nkv * hd) * 4, cudaMemcpyDeviceToDevice, s),
+        "k_eq_v");
+  }
+  // A3–A4 fused: q/k norms, RMS_0(v), RoPE, and the K/V store.
+  const float* cos = full ? rope_cos_f_ : rope_cos_s_;
+  const float* sin = full ? rope_sin_f_ : rope_sin_s_;
+  const int64_t* pos0 = reinterpret_cast<const int64_t*>(params_);
+  const int64_t cap = capacity_[static_cast<size_t>(li)];
+  RW_K(cuda::LaunchQkvPost(q_, k_, v_, m, nh, nkv, hd, L.q_norm, L.k_norm, cos, sin,
+                           k_cache_[static_cast<size_t>(li)], v_cache_[static_cast<size_t>(li)],
+                           cap, pos0, eps, s),
+       "q/k/v norms, RoPE, KV store");
+  // A5–A7.
+  const int64_t window = full ? 0 : c_.sliding_window;
+  RW_K(cuda::LaunchAttention(q_, m, nh, k_cache_[static_cast<size_t>(li)],
+                             v_cache_[static_cast<size_t>(li)], nkv, hd, cap, pos0, window, 1.0f,
+                             Splits(li, m), partial_, att_, s),
+       "attention");
+  RW_RETURN_IF_ERROR(Linear(L.o, att_, m, o_));
+  // A8.
+  RW_K(cuda::LaunchAddRmsNorm(x_, o_, m, static_cast<int>(H), L.post_attn_ln, eps, 1.0f, s),
+       "post attention");
+  return Status::Ok();
+}
+
+// Gemma4TextMLP (F1): m1 = RMS_post_ff_1(down(gelu_tanh(gate u) ⊙ up u)), u = RMS_pre_ff(h).
+Status CudaForwardPass::DenseMlp(int li, int64_t m) {
+  const CudaLayer& L = model_.layer(li);
+  const int64_t I = c_.intermediate_size;
+  cudaStream_t s = S(stream_);
+  if (m == 1) {
+    RW_K(cuda::LaunchGateUpGeglu(L.gate, L.up, a_, g_, s), "gate/up");
+  } else {
+    RW_RETURN_IF_ERROR(Linear(L.gate, a_, m, g_));
+    RW_RETURN_IF_ERROR(Linear(L.up, a_, m, u_));
+    RW_K(cuda::LaunchGeglu(g_, u_, m * I, s), "geglu");
+  }
+  RW_RETURN_IF_ERROR(Linear(L.down, g_, m, m1_));
+  // With experts, RMS_post_ff_1 is applied by Experts' final kernel (LaunchMoeFinish).
+  return Status::Ok();
+}
+
+// Gemma4TextRouter (F2), on the raw residual h: r = RMS_0(h) ⊙ scale · H^-½; P = softmax(proj·r);
+// top-k of P, renormalized to sum 1, times per_expert_scale.
+Status CudaForwardPass::Router(int li, int64_t m) {
+  const CudaLayer& L = model_.layer(li);
+  cudaStream_t s = S(stream_);
+  RW_RETURN_IF_ERROR(Linear(L.router, r_, m, router_logits_));
+  RW_K(cuda::LaunchRouteTopK(router_logits_, router_logits_, m, c_.num_experts, c_.top_k,
+                             L.per_expert_scale, topk_idx_, topk_w_, s),
+       "route top-k");
+  if (m > 1 || model_.resident_table() == nullptr) {
+    // The host groups a chunk's tokens by expert, and the cache must fetch missing experts: read
+    // the choice back, and let the dense MLP run on the GPU meanwhile (Experts waits for it).
+    RW_K(cudaMemcpyAsync(h_idx_, topk_idx_, static_cast<size_t>(m * c_.top_k) * 4,
+                         cudaMemcpyDeviceToHost, s),
+         "routing read-back");
+    RW_K(cudaEventRecord(static_cast<cudaEvent_t>(routed_), s), "routing event");
+  }
+  return Status::Ok();
+}
+
+// Gemma4TextExperts (F3): moe = Σ_e w_e · down_e(gelu_tanh(gate_e u2) ⊙ up_e u2) with
+// u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe), summed per token in ascending expert order.
+Status CudaForwardPass::Experts(int li, int64_t m) {
+  const CudaLayer& L = model_.layer(li);
+  RW_RETURN_IF_ERROR(m == 1 ? ExpertsDecode(li) : ExpertsPrefill(li, m));
+  // F1's RMS_post_ff_1, F3–F5: the sum, RMS_post_ff_2, m1 + m2, RMS_post_ff, the residual and
+  // layer_scalar, in one kernel.
+  RW_K(cuda::LaunchMoeFinish(topk_idx_, topk_w_, m == 1 ? nullptr : rows_of_, ex_y_, m, c_.top_k,
+                             c_.hidden_size, L.post_ff_ln1, L.post_ff_ln2, m1_, L.post_ff_ln, x_,
+                             static_cast<float>(c_.rms_norm_eps),
+                             model_.host().layer(li).layer_scalar, S(stream_)),
+       "expert sum and residual");
+  return Status::Ok();
+}
+
+// One token: its k experts in one launch per matrix, blob addresses from the resident table
+// (on the GPU, no sync) or from the cache after reading the choice back.
+Status CudaForwardPass::ExpertsDecode(int li) {
+  const CudaLayer& L = model_.layer(li);
+  const int k = c_.top_k, E = c_.num_experts;
+  cudaStream_t s = S(stream_);
+  if (const uint8_t* const* table = model_.resident_table()) {
+    // The kernels pick the blobs from the resident table by the router's choice on the GPU.
+    const uint8_t* const* layer_table = table + static_cast<size_t>(li) * E;
+    RW_K(cuda::LaunchExpertGateUp(L.experts, layer_table, topk_idx_, k, a2_, 0, ex_g_, s),
+         "expert gate/up");
+    RW_K(cuda::LaunchExpertDown(L.experts, layer_table, topk_idx_, k, ex_g_, ex_y_, s),
+         "expert down");
+    return Status::Ok();
+  }
+  RW_RETURN_IF_ERROR(WaitRouting());
+  const uint8_t** ptrs = ptrs_ + static_cast<size_t>(li) * E;
+  const uint8_t** hp = h_ptrs_ + static_cast<size_t>(li) * E;
+  RW_RETURN_IF_ERROR(
+      model_.experts()->Ensure(li, std::span<const int>(h_idx_, static_cast<size_t>(k)), hp, s));
+  RW_K(cudaMemcpyAsync(ptrs, hp, static_cast<size_t>(k) * sizeof(void*), cudaMemcpyHostToDevice, s),
+       "expert pointers");
+  RW_K(cuda::LaunchExpertGateUp(L.experts, ptrs, nullptr, k, a2_, 0, ex_g_, s), "expert gate/up");
+  RW_K(cuda::LaunchExpertDown(L.experts, ptrs, nullptr, k, ex_g_, ex_y_, s), "expert down");
+  return Status::Ok();
+}
+
+// A chunk: the choice is read back, the chunk's (token, expert) pairs grouped by expert (each
+// expert's weights read once for all its tokens), experts fetched in batches the cache can hold.
+Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
+  const CudaLayer& L = model_.layer(li);
+  const int k = c_.top_k, E = c_.num_experts;
+  const int64_t I = c_.moe_intermediate_size;
+  cudaStream_t s = S(stream_);
+  RW_K(
+      cudaMemcpyAsync(h_idx_, topk_idx_, static_cast<size_t>(m * k) * 4, cudaMemcpyDeviceToHost, s),
+      "routing read-back");
+  RW_RETURN_IF_ERROR(Sync());
+  // Plan: gather[row] = token, row_of[t·k + j] = row, then per used expert row0 and rows.
+  int* plan = h_plan_ + static_cast<size_t>(li) * plan_ints_;
+  int* gather = plan;
+  int* row_of = plan + m * k;
+  int* row0 = plan + 2 * m * k;
+  int* rows = row0 + E;
+  std::vector<int> count(static_cast<size_t>(E), 0), start(static_cast<size_t>(E), 0);
+  for (int64_t i = 0; i < m * k; ++i) ++count[static_cast<size_t>(h_idx_[i])];
+  std::vector<int> used;
+  int total = 0;
+  for (int e = 0; e < E; ++e) {
+    if (count[static_cast<size_t>(e)] == 0) continue;
+    row0[used.size()] = total;
+    rows[used.size()] = count[static_cast<size_t>(e)];
+    start[static_cast<size_t>(e)] = total;
+    total += count[static_cast<size_t>(e)];
+    used.push_back(e);
+  }
+  for (int64_t t = 0; t < m; ++t)
+    for (int j = 0; j < k; ++j) {
+      const int e = h_idx_[t * k + j];
+      const int r = start[static_cast<size_t>(e)]++;
+      gather[r] = static_cast<int>(t);
+      row_of[t * k + j] = r;
+    }
+  int* d_plan = plan_ + static_cast<size_t>(li) * plan_ints_;
+  RW_K(
+      cudaMemcpyAsync(d_plan, plan, static_cast<size_t>(plan_ints_) * 4, cudaMemcpyHostToDevice, s),
+      "expert plan");
+  const int* d_gather = d_plan;
+  const int* d_row_of = d_plan + m * k;
+  const int* d_row0 = d_plan + 2 * m * k;
+  const int* d_rows = d_row0 + E;
+  CudaExpertCache* cache = model_.experts();
+  const size_t per_batch = static_cast<size_t>(std::min<int64_t>(cache->slots(), E));
+  const uint8_t** hp = h_ptrs_ + static_cast<size_t>(li) * E;
+  const uint8_t** dp = ptrs_ + static_cast<size_t>(li) * E;
+  for (size_t b0 = 0; b0 < used.size(); b0 += per_batch) {
+    const size_t b1 = std::min(used.size(), b0 + per_batch);
+    const int groups = static_cast<int>(b1 - b0);
+    RW_RETURN_IF_ERROR(cache->Ensure(li, std::span<const int>(&used[b0], b1 - b0), hp + b0, s));
+    RW_K(cudaMemcpyAsync(dp + b0, hp + b0, (b1 - b0) * sizeof(void*), cudaMemcpyHostToDevice, s),
+         "expert pointers");
+    int max_rows = 0;
+    for (size_t i = b0; i < b1; ++i) max_rows = std::max(max_rows, rows[i]);
+    RW_K(cuda::LaunchExpertMatMul(L.experts, 0, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
+                                  d_gather, a2_, ex_g_, s),
+         "expert gate");
+    RW_K(cuda::LaunchExpertMatMul(L.experts, 1, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
+                                  d_gather, a2_, ex_u_, s),
+         "expert up");
+    const int64_t r0 = row0[b0], nrows = int64_t{row0[b1 - 1]} + rows[b1 - 1] - r0;
+    RW_K(cuda::LaunchGeglu(ex_g_ + r0 * I, ex_u_ + r0 * I, nrows * I, s), "expert geglu");
+    RW_K(cuda::LaunchExpertMatMul(L.experts, 2, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
+                                  nullptr, ex_g_, ex_y_, s),
+         "expert down");
+  }
+  rows_of_ = d_row_of;
+  return Status::Ok();
+}
+
+// Final norm, tied LM head (the embedding as a linear layer), 30·tanh(z/30).
+Status CudaForwardPass::Head(int64_t row0, int64_t rows) {
+  const int64_t H = c_.hidden_size, V = c_.vocab_size;
+  cudaStream_t s = S(stream_);
+  RW_K(cuda::LaunchRmsNormRows(x_ + row0 * H, a_, rows, static_cast<int>(H), model_.final_norm(),
+                               static_cast<float>(c_.rms_norm_eps), s),
+       "final norm");
+  RW_RETURN_IF_ERROR(Linear(model_.embed(), a_, rows, logits_));
+  if (c_.final_logit_softcapping > 0)
+    RW_K(cuda::LaunchSoftcap(logits_, rows * V, static_cast<float>(c_.final_logit_softcapping), s),
+         "softcap");
+  return Status::Ok();
+}
+
+}  // namespace rw

@@ -1,0 +1,117 @@
+// The Gemma 4 forward pass on the GPU: CudaForwardPass mirrors ForwardPass (runtime/forward.h)
+// block by block, with the same function names and the same reference modules, over weights a
+// CudaModel holds. fp32 activations and accumulation; the KV cache lives in device memory with
+// KvCache's slot rule (position p in slot p % capacity; sliding layers keep window + chunk − 1
+// slots); logits are copied back to the host.
+//
+// Routed experts: with every expert resident the router's choice never leaves the GPU and a
+// decode step is one CUDA graph (one host sync per token: the logits). Otherwise the chosen
+// indices are copied back per layer (a host sync each) so the VRAM expert cache can fetch the
+// missing ones. Expert outputs are summed per token in ascending expert order, so the logits do
+// not depend on what the cache held.
+//
+// Plain C++ interface: engine code includes it without CUDA headers.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda.h"
+#include "runtime/cuda_model.h"
+#include "runtime/forward.h"
+
+namespace rw {
+
+class CudaForwardPass {
+ public:
+  static Result<std::unique_ptr<CudaForwardPass>> Create(const CudaModel& model,
+                                                         int64_t max_context, int64_t max_chunk);
+  ~CudaForwardPass();
+
+  int64_t max_chunk() const { return max_chunk_; }
+  // Slots of the sliding rings (0 without sliding layers), as KvCache::sliding_capacity.
+  int64_t sliding_capacity() const { return sliding_capacity_; }
+  // Host waits on the GPU so far (results read back: logits, routed experts' indices).
+  uint64_t host_syncs() const { return syncs_; }
+  // Decode steps replayed from a CUDA graph (the rest ran kernel by kernel).
+  uint64_t graph_steps() const { return graph_steps_; }
+  void set_use_graphs(bool on) { use_graphs_ = on; }
+
+  // As ForwardPass::Run: tokens ids[0..m) at positions pos0.., K/V stored in the device cache,
+  // logits for the requested rows copied to the host.
+  Status Run(const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
+             ForwardStats* stats);
+
+ private:
+  explicit CudaForwardPass(const CudaModel& model) : model_(model), c_(model.config()) {}
+  Status Allocate(int64_t max_context, int64_t max_chunk);
+  float* Floats(int64_t n);
+  // Everything a call queues on the stream, from the embedding to the head's logits on the GPU.
+  Status Body(int64_t m, LogitsRows rows);
+  Status Embed(int64_t m);
+  Status RopeTables(int64_t m);
+  Status DecoderLayer(int li, int64_t m);
+  Status Attention(int li, int64_t m);
+  Status DenseMlp(int li, int64_t m);
+  Status Router(int li, int64_t m);
+  Status Experts(int li, int64_t m);
+  Status ExpertsDecode(int li);
+  Status ExpertsPrefill(int li, int64_t m);
+  Status Head(int64_t row0, int64_t rows);
+  Status Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y);
+  Status Sync();
+  // REDWING_CUDA_TIMING=1: an event after each op, read back per call into per-op GPU times
+  // (printed to stderr when the pass is destroyed).
+  Status Mark(const char* what);
+  void CollectTimes(bool decode);
+  // Waits for the routing Router read back (prefill, or experts not all resident).
+  Status WaitRouting();
+  int Splits(int li, int64_t m) const;
+
+  const CudaModel& model_;
+  const ModelConfig& c_;
+  int64_t max_chunk_ = 0, sliding_capacity_ = 0;
+  void* stream_ = nullptr;  // cudaStream_t
+  void* routed_ = nullptr;  // cudaEvent_t: the routing read back to h_idx_
+  std::vector<cuda::DeviceBuffer> buffers_;
+  // Device KV cache per layer.
+  std::vector<float*> k_cache_, v_cache_;
+  std::vector<int64_t> capacity_;
+  // Device activations, [rows][width].
+  float *x_ = nullptr, *a_ = nullptr, *a2_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr,
+        *att_ = nullptr, *o_ = nullptr, *g_ = nullptr, *u_ = nullptr, *m1_ = nullptr, *r_ = nullptr,
+        *router_logits_ = nullptr, *topk_w_ = nullptr, *ex_g_ = nullptr, *ex_u_ = nullptr,
+        *ex_y_ = nullptr, *partial_ = nullptr;
+  float *rope_cos_s_ = nullptr, *rope_sin_s_ = nullptr, *rope_cos_f_ = nullptr,
+        *rope_sin_f_ = nullptr;
+  int* topk_idx_ = nullptr;
+  const int* rows_of_ = nullptr;  // prefill: row of each (token, choice) in ex_y_
+  float* logits_ = nullptr;       // [logits_rows_][V]
+  int64_t logits_rows_ = 0;
+  // Call parameters: int64 pos0, then int32 ids[max_chunk] (device and pinned host mirror).
+  uint8_t* params_ = nullptr;
+  uint8_t* h_params_ = nullptr;
+  // The expert plan per layer (gather, row_of, row0, rows) and blob addresses per layer.
+  int* plan_ = nullptr;
+  int* h_plan_ = nullptr;
+  int64_t plan_ints_ = 0;
+  const uint8_t** ptrs_ = nullptr;
+  const uint8_t** h_ptrs_ = nullptr;
+  int* h_idx_ = nullptr;        // routed indices read back
+  float* h_logits_ = nullptr;   // pinned, one row
+  void* graph_exec_ = nullptr;  // cudaGraphExec_t of one decode step
+  bool use_graphs_ = true, graph_failed_ = false;
+  uint64_t syncs_ = 0, graph_steps_ = 0;
+  bool alloc_failed_ = false;
+  bool timing_ = false;
+  std::vector<void*> events_;  // cudaEvent_t
+  std::vector<const char*> labels_;
+  size_t marks_ = 0, graph_marks_ = 0;
+  std::map<std::string, std::pair<uint64_t, double>> prefill_times_, decode_times_;
+  uint64_t timed_decode_steps_ = 0;
+};
+
+}  // namespace rw

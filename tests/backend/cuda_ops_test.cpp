@@ -1,0 +1,672 @@
+// The CUDA forward pass's op set (backend/cuda/ops.h) against the CPU scalar reference, over
+// shapes that include odd sizes and counts that are not multiples of a block or a tile. Skips
+// (saying why) where no CUDA device is usable, e.g. in CI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/cuda.h"
+#include "backend/cuda/ops.h"
+#include "base/bf16.h"
+#include "runtime/forward.h"
+#include "runtime/model.h"
+
+namespace rw {
+namespace {
+
+#define REQUIRE_CUDA()                                      \
+  do {                                                      \
+    Status st = cuda::DeviceStatus();                       \
+    if (!st.ok()) GTEST_SKIP() << "CUDA: " << st.message(); \
+  } while (0)
+
+// A device copy of a host vector (kept alive by the test).
+template <typename T>
+struct Dev {
+  cuda::DeviceBuffer buf;
+  size_t n = 0;
+  explicit Dev(const std::vector<T>& h) : n(h.size()) {
+    auto b = cuda::DeviceBuffer::Alloc(std::max<size_t>(1, n) * sizeof(T));
+    EXPECT_TRUE(b.ok());
+    buf = std::move(*b);
+    if (n > 0) {
+      EXPECT_TRUE(buf.CopyFromHost(h.data(), n * sizeof(T)).ok());
+    }
+  }
+  explicit Dev(size_t count) : Dev(std::vector<T>(count)) {}
+  T* p() const { return static_cast<T*>(buf.data()); }
+  std::vector<T> Get() const {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<T> h(n);
+    if (n > 0) {
+      EXPECT_TRUE(buf.CopyToHost(h.data(), n * sizeof(T)).ok());
+    }
+    return h;
+  }
+};
+
+std::vector<float> Randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+// ‖a − b‖ / ‖b‖.
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+struct HostWeight {
+  WeightView view;
+  std::vector<uint32_t> words;
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16, scales, biases;
+};
+
+HostWeight RandomWeight(WeightType type, int64_t rows, int64_t cols, int bits, int group,
+                        std::mt19937& rng) {
+  HostWeight h;
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  h.view.type = type;
+  h.view.rows = rows;
+  h.view.cols = cols;
+  if (type == WeightType::kF32) {
+    h.f32 = Randn(rows * cols, rng, 0.05f);
+    h.view.data = h.f32.data();
+  } else if (type == WeightType::kBf16) {
+    h.bf16.resize(rows * cols);
+    for (uint16_t& v : h.bf16) v = F32ToBf16(nd(rng));
+    h.view.data = h.bf16.data();
+  } else {
+    h.view.bits = bits;
+    h.view.group = group;
+    h.words.resize(rows * h.view.RowWords());
+    for (uint32_t& w : h.words) w = static_cast<uint32_t>(rng());
+    h.scales.resize(rows * h.view.RowGroups());
+    h.biases.resize(rows * h.view.RowGroups());
+    for (uint16_t& v : h.scales) v = F32ToBf16(std::abs(nd(rng)) * 0.2f);
+    for (uint16_t& v : h.biases) v = F32ToBf16(nd(rng));
+    h.view.data = h.words.data();
+    h.view.scales = h.scales.data();
+    h.view.biases = h.biases.data();
+  }
+  return h;
+}
+
+cuda::DevMat ToDev(const WeightView& w) {
+  cuda::DevMat d;
+  d.type = w.type == WeightType::kF32 ? 0 : w.type == WeightType::kBf16 ? 1 : 2;
+  d.bits = w.bits;
+  d.group = w.group;
+  d.rows = w.rows;
+  d.cols = w.cols;
+  d.data = w.data;
+  d.scales = w.scales;
+  d.biases = w.biases;
+  return d;
+}
+
+struct Shape {
+  WeightType type;
+  int64_t rows, cols;
+  int bits, group;
+};
+
+std::vector<Shape> LinearShapes() {
+  std::vector<Shape> out;
+  for (int64_t rows : {1, 7, 65, 130})
+    for (int64_t cols : {64, 192, 704}) {
+      out.push_back({WeightType::kAffine, rows, cols, 4, 64});
+      out.push_back({WeightType::kAffine, rows, cols, 8, 64});
+      out.push_back({WeightType::kAffine, rows, cols, 4, 32});
+      out.push_back({WeightType::kBf16, rows, cols + 5, 0, 0});
+      out.push_back({WeightType::kF32, rows, cols - 31, 0, 0});
+    }
+  return out;
+}
+
+TEST(CudaOps, MatVecAndMatMul) {
+  REQUIRE_CUDA();
+  std::printf("device: %s\n", cuda::DeviceName().c_str());
+  std::mt19937 rng(11);
+  for (const Shape& s : LinearShapes()) {
+    SCOPED_TRACE(fmt::format("type {} {}x{} bits {} group {}", static_cast<int>(s.type), s.rows,
+                             s.cols, s.bits, s.group));
+    HostWeight h = RandomWeight(s.type, s.rows, s.cols, s.bits, s.group, rng);
+    auto dw = cuda::DeviceWeight::Upload(h.view);
+    ASSERT_TRUE(dw.ok());
+    for (int64_t m : {1, 3, 33, 70}) {
+      const std::vector<float> x = Randn(m * s.cols, rng);
+      std::vector<float> want(m * s.rows);
+      cpu::ref::MatMul(h.view, x.data(), m, want.data());
+      Dev<float> dx(x), dy(want.size());
+      if (m == 1)
+        ASSERT_EQ(cuda::LaunchMatVec(ToDev(dw->view()), dx.p(), dy.p(), nullptr), cudaSuccess);
+      else
+        ASSERT_EQ(cuda::LaunchMatMul(ToDev(dw->view()), dx.p(), m, dy.p(), nullptr), cudaSuccess);
+      // m >= 16 runs on tensor cores (3xTF32, which drops the small·small term): fp32-level
+      // (seen up to 6e-6 here), not the reference's rounding.
+      EXPECT_LT(RelErr(dy.Get(), want), m == 1 ? 2e-6 : 1.5e-5) << "m " << m;
+    }
+  }
+}
+
+TEST(CudaOps, MatVecMultiSharesTheInput) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(21);
+  for (int bits : {4, 8}) {
+    const int64_t K = 576;
+    std::vector<HostWeight> hw;
+    for (int64_t rows : {130, 64, 7})
+      hw.push_back(RandomWeight(WeightType::kAffine, rows, K, bits, 64, rng));
+    std::vector<cuda::DeviceWeight> dws;
+    for (const HostWeight& h : hw) {
+      auto d = cuda::DeviceWeight::Upload(h.view);
+      ASSERT_TRUE(d.ok());
+      dws.push_back(std::move(*d));
+    }
+    const std::vector<float> x = Randn(K, rng);
+    Dev<float> dx(x), y0(130), y1(64), y2(7);
+    const cuda::DevMat w[3] = {ToDev(dws[0].view()), ToDev(dws[1].view()), ToDev(dws[2].view())};
+    float* const y[3] = {y0.p(), y1.p(), y2.p()};
+    ASSERT_EQ(cuda::LaunchMatVecMulti(w, y, 3, dx.p(), nullptr), cudaSuccess);
+    const Dev<float>* outs[3] = {&y0, &y1, &y2};
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> want(hw[i].view.rows);
+      cpu::ref::MatVec(hw[i].view, x.data(), want.data());
+      EXPECT_LT(RelErr(outs[i]->Get(), want), 2e-6) << i;
+    }
+  }
+}
+
+// Three experts' blobs back to back, gate/up [I, H] and down [H, I] at 256-byte aligned offsets.
+struct Blobs {
+  std::vector<uint8_t> bytes;
+  cuda::ExpertMats mats;
+  std::vector<HostWeight> parts;  // [expert·3 + which]
+  uint64_t stride = 0;
+};
+
+Blobs MakeBlobs(int n, int64_t I, int64_t H, int bits, std::mt19937& rng) {
+  Blobs b;
+  uint64_t off = 0;
+  auto place = [&](const HostWeight& h, cuda::DevMat* m, uint64_t at, bool write,
+                   std::vector<uint8_t>& out) {
+    uint64_t o = at;
+    auto put = [&](const void* src, size_t len) {
+      const uint64_t here = (o + 255) / 256 * 256;
+      if (write) std::memcpy(out.data() + here, src, len);
+      o = here + len;
+      return here;
+    };
+    const uint64_t d = put(h.words.data(), h.words.size() * 4);
+    const uint64_t sc = put(h.scales.data(), h.scales.size() * 2);
+    const uint64_t bi = put(h.biases.data(), h.biases.size() * 2);
+    if (m != nullptr) {
+      *m = ToDev(h.view);
+      m->data = reinterpret_cast<const void*>(d);
+      m->scales = reinterpret_cast<const uint16_t*>(sc);
+      m->biases = reinterpret_cast<const uint16_t*>(bi);
+    }
+    return o;
+  };
+  for (int e = 0; e < n; ++e) {
+    b.parts.push_back(RandomWeight(WeightType::kAffine, I, H, bits, 64, rng));
+    b.parts.push_back(RandomWeight(WeightType::kAffine, I, H, bits, 64, rng));
+    b.parts.push_back(RandomWeight(WeightType::kAffine, H, I, bits, 64, rng));
+  }
+  std::vector<uint8_t> none;
+  off = place(b.parts[0], &b.mats.gate, 0, false, none);
+  off = place(b.parts[1], &b.mats.up, off, false, none);
+  off = place(b.parts[2], &b.mats.down, off, false, none);
+  b.stride = (off + 255) / 256 * 256;
+  b.bytes.resize(b.stride * n);
+  for (int e = 0; e < n; ++e) {
+    uint64_t o = 0;
+    for (int w = 0; w < 3; ++w) {
+      std::vector<uint8_t> tmp(b.stride);
+      o = place(b.parts[e * 3 + w], nullptr, o, true, tmp);
+      for (uint64_t i = 0; i < b.stride; ++i) b.bytes[e * b.stride + i] |= tmp[i];
+    }
+  }
+  return b;
+}
+
+TEST(CudaOps, ExpertKernels) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(5);
+  for (int bits : {4, 8}) {
+    const int n = 3;
+    const int64_t I = 192, H = 320;
+    Blobs b = MakeBlobs(n, I, H, bits, rng);
+    Dev<uint8_t> blob(b.bytes);
+    std::vector<const uint8_t*> ptrs;
+    for (int order : {2, 0, 1}) ptrs.push_back(blob.p() + order * b.stride);  // any order
+    Dev<const uint8_t*> dptrs(ptrs);
+    // Decode: one input for all slots; blob addresses given per slot, or as a table indexed by
+    // the router's choice.
+    const std::vector<float> x = Randn(H, rng);
+    const int order[3] = {2, 0, 1};
+    std::vector<const uint8_t*> table;
+    for (int e = 0; e < n; ++e) table.push_back(blob.p() + e * b.stride);
+    Dev<const uint8_t*> dtable(table);
+    Dev<int> didx(std::vector<int>(order, order + 3));
+    for (bool indexed : {false, true}) {
+      SCOPED_TRACE(indexed);
+      Dev<float> dx(x), dh(n * I), dy(n * H);
+      const uint8_t* const* src = indexed ? dtable.p() : dptrs.p();
+      const int* idx = indexed ? didx.p() : nullptr;
+      ASSERT_EQ(cuda::LaunchExpertGateUp(b.mats, src, idx, n, dx.p(), 0, dh.p(), nullptr),
+                cudaSuccess);
+      const std::vector<float> h = dh.Get();
+      ASSERT_EQ(cuda::LaunchExpertDown(b.mats, src, idx, n, dh.p(), dy.p(), nullptr), cudaSuccess);
+      const std::vector<float> y = dy.Get();
+      for (int j = 0; j < n; ++j) {
+        std::vector<float> wg(I), wu(I), wy(H);
+        cpu::ref::MatVec(b.parts[order[j] * 3 + 0].view, x.data(), wg.data());
+        cpu::ref::MatVec(b.parts[order[j] * 3 + 1].view, x.data(), wu.data());
+        cpu::ref::GegluInPlace(wg.data(), wu.data(), I);
+        cpu::ref::MatVec(b.parts[order[j] * 3 + 2].view, &h[j * I], wy.data());
+        EXPECT_LT(RelErr({h.begin() + j * I, h.begin() + (j + 1) * I}, wg), 2e-6);
+        EXPECT_LT(RelErr({y.begin() + j * H, y.begin() + (j + 1) * H}, wy), 2e-6);
+      }
+    }
+    // The dense MLP's fused gate/up/GeGLU on expert 0's matrices.
+    {
+      auto dg = cuda::DeviceWeight::Upload(b.parts[0].view);
+      auto du = cuda::DeviceWeight::Upload(b.parts[1].view);
+      ASSERT_TRUE(dg.ok() && du.ok());
+      Dev<float> dx(x), dh(I);
+      ASSERT_EQ(
+          cuda::LaunchGateUpGeglu(ToDev(dg->view()), ToDev(du->view()), dx.p(), dh.p(), nullptr),
+          cudaSuccess);
+      std::vector<float> wg(I), wu(I);
+      cpu::ref::MatVec(b.parts[0].view, x.data(), wg.data());
+      cpu::ref::MatVec(b.parts[1].view, x.data(), wu.data());
+      cpu::ref::GegluInPlace(wg.data(), wu.data(), I);
+      EXPECT_LT(RelErr(dh.Get(), wg), 2e-6);
+    }
+    // Prefill: groups of 5, 1 and 37 rows gathered from 40 tokens.
+    const int64_t T = 40;
+    const std::vector<float> xt = Randn(T * H, rng);
+    std::vector<int> rows = {5, 1, 37}, row0 = {0, 5, 6}, gather(43);
+    for (int r = 0; r < 43; ++r) gather[r] = (r * 7) % T;
+    Dev<float> dxt(xt), dout(43 * I), ddown(43 * H);
+    Dev<int> drows(rows), drow0(row0), dgather(gather);
+    ASSERT_EQ(cuda::LaunchExpertMatMul(b.mats, 1, dptrs.p(), n, drow0.p(), drows.p(), 37,
+                                       dgather.p(), dxt.p(), dout.p(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::LaunchExpertMatMul(b.mats, 2, dptrs.p(), n, drow0.p(), drows.p(), 37, nullptr,
+                                       dout.p(), ddown.p(), nullptr),
+              cudaSuccess);
+    const std::vector<float> up = dout.Get(), down = ddown.Get();
+    for (int grp = 0; grp < n; ++grp)
+      for (int r = row0[grp]; r < row0[grp] + rows[grp]; ++r) {
+        std::vector<float> wu(I), wd(H);
+        cpu::ref::MatVec(b.parts[order[grp] * 3 + 1].view, &xt[gather[r] * H], wu.data());
+        cpu::ref::MatVec(b.parts[order[grp] * 3 + 2].view, &up[r * I], wd.data());
+        EXPECT_LT(RelErr({up.begin() + r * I, up.begin() + (r + 1) * I}, wu), 1.5e-5) << r;
+        EXPECT_LT(RelErr({down.begin() + r * H, down.begin() + (r + 1) * H}, wd), 1.5e-5) << r;
+      }
+  }
+}
+
+TEST(CudaOps, NormsAndElementwise) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(3);
+  const float eps = 1e-6f;
+  for (int64_t rows : {1, 3, 17})
+    for (int n : {1, 33, 128, 257, 2816}) {
+      SCOPED_TRACE(fmt::format("rows {} n {}", rows, n));
+      const std::vector<float> x = Randn(rows * n, rng), w = Randn(n, rng),
+                               y = Randn(rows * n, rng);
+      const WeightView wv = F32Weight(w.data(), 1, n);
+      for (bool weighted : {true, false}) {
+        std::vector<float> want(x.size());
+        cpu::ref::RmsNormRows(x.data(), want.data(), rows, n, weighted ? &wv : nullptr, eps);
+        Dev<float> dx(x), dw(w), dout(x.size());
+        ASSERT_EQ(cuda::LaunchRmsNormRows(dx.p(), dout.p(), rows, n, weighted ? dw.p() : nullptr,
+                                          eps, nullptr),
+                  cudaSuccess);
+        EXPECT_LT(RelErr(dout.Get(), want), 1e-6);
+      }
+      // x = (x + RmsNorm(y)·w)·s.
+      std::vector<float> want = x, ny(y.size());
+      cpu::ref::RmsNormRows(y.data(), ny.data(), rows, n, &wv, eps);
+      cpu::ref::Add(want.data(), ny.data(), rows * n);
+      cpu::ref::Scale(want.data(), 0.75f, rows * n);
+      Dev<float> dx(x), dy(y), dw(w);
+      ASSERT_EQ(cuda::LaunchAddRmsNorm(dx.p(), dy.p(), rows, n, dw.p(), eps, 0.75f, nullptr),
+                cudaSuccess);
+      EXPECT_LT(RelErr(dx.Get(), want), 1e-6);
+      // Router input: RmsNorm_0(x) ⊙ scale · root.
+      std::vector<float> r(x.size());
+      cpu::ref::RmsNormRows(x.data(), r.data(), rows, n, nullptr, eps);
+      for (int64_t t = 0; t < rows; ++t) {
+        cpu::ref::Mul(&r[t * n], w.data(), n);
+        cpu::ref::Scale(&r[t * n], 0.125f, n);
+      }
+      Dev<float> dx2(x), dr(x.size());
+      ASSERT_EQ(cuda::LaunchRouterInput(dx2.p(), dr.p(), rows, n, dw.p(), 0.125f, eps, nullptr),
+                cudaSuccess);
+      EXPECT_LT(RelErr(dr.Get(), r), 1e-6);
+    }
+  for (int64_t n : {1, 31, 1000, 4099}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> a = Randn(n, rng, 3.0f), b = Randn(n, rng);
+    std::vector<float> want = a;
+    cpu::ref::GegluInPlace(want.data(), b.data(), n);
+    Dev<float> da(a), db(b);
+    ASSERT_EQ(cuda::LaunchGeglu(da.p(), db.p(), n, nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(da.Get(), want), 1e-6);
+    want = a;
+    cpu::ref::Softcap(want.data(), n, 30.0f);
+    std::vector<float> big = a;
+    for (float& v : big) v *= 20;
+    std::vector<float> want_big = big;
+    cpu::ref::Softcap(want_big.data(), n, 30.0f);
+    Dev<float> dbig(big);
+    ASSERT_EQ(cuda::LaunchSoftcap(dbig.p(), n, 30.0f, nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(dbig.Get(), want_big), 1e-6);
+    want = a;
+    cpu::ref::Axpy(want.data(), 0.3f, b.data(), n);
+    Dev<float> dc(a);
+    ASSERT_EQ(cuda::LaunchAxpy(dc.p(), 0.3f, db.p(), n, nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(dc.Get(), want), 1e-6);
+    want = a;
+    cpu::ref::Add(want.data(), b.data(), n);
+    cpu::ref::Scale(want.data(), -1.5f, n);
+    Dev<float> dd(a);
+    ASSERT_EQ(cuda::LaunchAdd(dd.p(), db.p(), n, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::LaunchScale(dd.p(), -1.5f, n, nullptr), cudaSuccess);
+    EXPECT_EQ(dd.Get(), want);
+  }
+}
+
+TEST(CudaOps, EmbeddingRows) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(9);
+  for (const Shape& s : LinearShapes()) {
+    if (s.rows < 7) continue;
+    HostWeight h = RandomWeight(s.type, s.rows, s.cols, s.bits, s.group, rng);
+    auto dw = cuda::DeviceWeight::Upload(h.view);
+    ASSERT_TRUE(dw.ok());
+    const std::vector<int> ids = {0, static_cast<int>(s.rows) - 1, 3, 3, 5};
+    std::vector<float> want(ids.size() * s.cols);
+    for (size_t t = 0; t < ids.size(); ++t) {
+      cpu::ref::DequantRow(h.view, ids[t], &want[t * s.cols]);
+      cpu::ref::Scale(&want[t * s.cols], 53.0f, s.cols);
+    }
+    Dev<int> did(ids);
+    Dev<float> dout(want.size());
+    ASSERT_EQ(cuda::LaunchEmbed(ToDev(dw->view()), did.p(), static_cast<int64_t>(ids.size()), 53.0f,
+                                dout.p(), nullptr),
+              cudaSuccess);
+    EXPECT_LT(RelErr(dout.Get(), want), 1e-6);
+  }
+}
+
+TEST(CudaOps, RopeAndKvStore) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(4);
+  for (int hd : {32, 256, 512})
+    for (int64_t pos0 : {0, 5, 4093}) {
+      SCOPED_TRACE(fmt::format("hd {} pos0 {}", hd, pos0));
+      AttentionGeometry g;
+      g.head_dim = hd;
+      g.rope_theta = hd == 512 ? 1e6 : 1e4;
+      if (hd == 512) {
+        g.rope_type = "proportional";
+        g.partial_rotary_factor = 0.25;
+      }
+      const std::vector<float> inv = RopeInvFreq(g);
+      const int half = hd / 2, heads = 3;
+      const int64_t m = 6;
+      std::vector<float> cw(m * half), sw(m * half);
+      for (int64_t t = 0; t < m; ++t)
+        cpu::ref::RopeTable(pos0 + t, inv.data(), half, &cw[t * half], &sw[t * half]);
+      Dev<int64_t> dpos(std::vector<int64_t>{pos0});
+      Dev<float> dinv(inv), dc(m * half), ds(m * half);
+      ASSERT_EQ(cuda::LaunchRopeTable(dpos.p(), m, dinv.p(), half, dc.p(), ds.p(), nullptr),
+                cudaSuccess);
+      EXPECT_LT(RelErr(dc.Get(), cw), 1e-6);
+      EXPECT_LT(RelErr(ds.Get(), sw), 1e-6);
+      const std::vector<float> x = Randn(m * heads * hd, rng);
+      std::vector<float> want = x;
+      for (int64_t t = 0; t < m; ++t)
+        cpu::ref::RopeNeox(&want[t * heads * hd], heads, hd, &cw[t * half], &sw[t * half]);
+      Dev<float> dx(x), dcw(cw), dsw(sw);
+      ASSERT_EQ(cuda::LaunchRopeNeox(dx.p(), m, heads, hd, dcw.p(), dsw.p(), nullptr), cudaSuccess);
+      EXPECT_LT(RelErr(dx.Get(), want), 1e-6);
+      // KV store into a ring of 7 slots (wraps).
+      const int64_t cap = 7;
+      const int nkv = 2;
+      const std::vector<float> k = Randn(m * nkv * hd, rng), v = Randn(m * nkv * hd, rng);
+      std::vector<float> kc(nkv * cap * hd, 0.0f), vc = kc;
+      for (int64_t t = 0; t < m; ++t)
+        cpu::KvStore(kc.data(), vc.data(), nkv, hd, cap, pos0 + t, &k[t * nkv * hd],
+                     &v[t * nkv * hd]);
+      Dev<float> dk(k), dv(v), dkc(std::vector<float>(kc.size(), 0.0f)),
+          dvc(std::vector<float>(kc.size(), 0.0f));
+      ASSERT_EQ(
+          cuda::LaunchKvStore(dk.p(), dv.p(), dkc.p(), dvc.p(), m, nkv, hd, cap, dpos.p(), nullptr),
+          cudaSuccess);
+      EXPECT_EQ(dkc.Get(), kc);
+      EXPECT_EQ(dvc.Get(), vc);
+    }
+}
+
+TEST(CudaOps, AttentionDecodeAndPrefill) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(8);
+  struct Case {
+    int nh, nkv, hd;
+    int64_t window, m, pos0, cap;
+  };
+  const std::vector<Case> cases = {
+      {4, 2, 32, 16, 1, 0, 16},      {4, 2, 32, 16, 1, 40, 16},
+      {4, 1, 64, 0, 1, 300, 512},    {16, 8, 256, 1024, 1, 1500, 1151},
+      {16, 2, 512, 0, 1, 777, 2048}, {4, 2, 32, 16, 7, 0, 22},
+      {4, 2, 32, 16, 7, 30, 22},     {4, 1, 64, 0, 33, 20, 512},
+      {8, 2, 128, 64, 64, 100, 127},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("nh {} nkv {} hd {} window {} m {} pos0 {} cap {}", c.nh, c.nkv, c.hd,
+                             c.window, c.m, c.pos0, c.cap));
+    // Fill the cache with positions [0, pos0 + m), as the model would have.
+    std::vector<float> kc(int64_t{c.nkv} * c.cap * c.hd, 0.0f), vc = kc;
+    for (int64_t p = 0; p < c.pos0 + c.m; ++p) {
+      const std::vector<float> k = Randn(c.nkv * c.hd, rng), v = Randn(c.nkv * c.hd, rng);
+      cpu::KvStore(kc.data(), vc.data(), c.nkv, c.hd, c.cap, p, k.data(), v.data());
+    }
+    const std::vector<float> q = Randn(c.m * c.nh * c.hd, rng, 0.3f);
+    const cpu::KvCacheView view{kc.data(), vc.data(), c.nkv, c.hd, c.cap};
+    std::vector<float> want(q.size());
+    cpu::ref::AttendBlock(q.data(), c.m, c.pos0, c.nh, view, c.window, 1.0f, want.data());
+    for (int splits : {1, 3, 8}) {
+      if (c.m > 1 && splits > 1) continue;
+      Dev<float> dq(q), dk(kc), dv(vc), dout(q.size()),
+          dpart(cuda::AttentionPartialFloats(c.m, c.nh, c.hd, splits));
+      Dev<int64_t> dpos(std::vector<int64_t>{c.pos0});
+      ASSERT_EQ(
+          cuda::LaunchAttention(dq.p(), c.m, c.nh, dk.p(), dv.p(), c.nkv, c.hd, c.cap, dpos.p(),
+                                c.window, 1.0f, splits, dpart.p(), dout.p(), nullptr),
+          cudaSuccess);
+      // Over 1,000+ keys the reference's sequential fp32 sums and ours differ by ~2.5e-6.
+      EXPECT_LT(RelErr(dout.Get(), want), 1e-5) << "splits " << splits;
+    }
+  }
+}
+
+TEST(CudaOps, RouterTopKAndMoeSum) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(6);
+  for (int E : {8, 37, 128, 300})
+    for (int k : {1, 2, 8}) {
+      if (k > E) continue;
+      SCOPED_TRACE(fmt::format("E {} k {}", E, k));
+      const int64_t m = 5;
+      std::vector<float> logits = Randn(m * E, rng, 2.0f);
+      // Ties: token 1 has runs of equal logits, token 2 all equal.
+      for (int e = 0; e < E; ++e) logits[E + e] = static_cast<float>(e % 3);
+      for (int e = 0; e < E; ++e) logits[2 * E + e] = 0.5f;
+      const std::vector<float> pes = Randn(E, rng);
+      std::vector<float> probs = logits, want_w(m * k);
+      std::vector<int> want_idx(m * k);
+      for (int64_t t = 0; t < m; ++t)
+        RouteTopK(&probs[t * E], E, k, pes.data(), &want_idx[t * k], &want_w[t * k]);
+      Dev<float> dl(logits), dp(m * E), dpes(pes), dw(m * k);
+      Dev<int> di(m * k);
+      ASSERT_EQ(cuda::LaunchRouteTopK(dl.p(), dp.p(), m, E, k, dpes.p(), di.p(), dw.p(), nullptr),
+                cudaSuccess);
+      EXPECT_EQ(di.Get(), want_idx);
+      EXPECT_LT(RelErr(dw.Get(), want_w), 1e-6);
+      EXPECT_LT(RelErr(dp.Get(), probs), 1e-6);
+      // The sum in ascending expert order, with and without a row map.
+      const int n = 77;
+      const std::vector<float> y = Randn(m * k * n, rng);
+      std::vector<float> want(m * n, 0.0f);
+      for (int64_t t = 0; t < m; ++t) {
+        std::vector<int> order(k);
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(),
+                  [&](int a, int b) { return want_idx[t * k + a] < want_idx[t * k + b]; });
+        for (int j : order) cpu::ref::Axpy(&want[t * n], want_w[t * k + j], &y[(t * k + j) * n], n);
+      }
+      std::vector<int> rows(m * k);
+      std::iota(rows.begin(), rows.end(), 0);
+      std::reverse(rows.begin(), rows.end());
+      std::vector<float> yrev(y.size());
+      for (int64_t r = 0; r < m * k; ++r) std::copy_n(&y[r * n], n, &yrev[rows[r] * n]);
+      Dev<float> dy(y), dyrev(yrev), dout(m * n), dout2(m * n);
+      Dev<int> drows(rows);
+      ASSERT_EQ(cuda::LaunchMoeCombine(di.p(), dw.p(), nullptr, dy.p(), m, k, n, dout.p(), nullptr),
+                cudaSuccess);
+      ASSERT_EQ(
+          cuda::LaunchMoeCombine(di.p(), dw.p(), drows.p(), dyrev.p(), m, k, n, dout2.p(), nullptr),
+          cudaSuccess);
+      EXPECT_LT(RelErr(dout.Get(), want), 1e-6);
+      EXPECT_EQ(dout.Get(), dout2.Get());
+    }
+}
+
+TEST(CudaOps, FusedSteps) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(12);
+  const float eps = 1e-6f;
+  // q/k/v norms, RoPE and the KV store.
+  for (int hd : {16, 256, 512}) {
+    SCOPED_TRACE(hd);
+    const int nh = 4, nkv = 2, half = hd / 2;
+    const int64_t m = 3, pos0 = 7, cap = 5;
+    std::vector<float> q = Randn(m * nh * hd, rng), k = Randn(m * nkv * hd, rng),
+                       v = Randn(m * nkv * hd, rng), qn = Randn(hd, rng), kn = Randn(hd, rng);
+    std::vector<float> inv(half), cw(m * half), sw(m * half);
+    for (int i = 0; i < half; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / hd);
+    for (int64_t t = 0; t < m; ++t)
+      cpu::ref::RopeTable(pos0 + t, inv.data(), half, &cw[t * half], &sw[t * half]);
+    std::vector<float> wq = q, wk = k, wv = v, kc(nkv * cap * hd, 0.0f), vc = kc;
+    const WeightView qv = F32Weight(qn.data(), 1, hd), kv = F32Weight(kn.data(), 1, hd);
+    cpu::ref::RmsNormRows(wq.data(), wq.data(), m * nh, hd, &qv, eps);
+    cpu::ref::RmsNormRows(wk.data(), wk.data(), m * nkv, hd, &kv, eps);
+    cpu::ref::RmsNormRows(wv.data(), wv.data(), m * nkv, hd, nullptr, eps);
+    for (int64_t t = 0; t < m; ++t) {
+      cpu::ref::RopeNeox(&wq[t * nh * hd], nh, hd, &cw[t * half], &sw[t * half]);
+      cpu::ref::RopeNeox(&wk[t * nkv * hd], nkv, hd, &cw[t * half], &sw[t * half]);
+      cpu::KvStore(kc.data(), vc.data(), nkv, hd, cap, pos0 + t, &wk[t * nkv * hd],
+                   &wv[t * nkv * hd]);
+    }
+    Dev<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dc(cw), ds(sw),
+        dkc(std::vector<float>(kc.size(), 0.0f)), dvc(std::vector<float>(kc.size(), 0.0f));
+    Dev<int64_t> dpos(std::vector<int64_t>{pos0});
+    ASSERT_EQ(cuda::LaunchQkvPost(dq.p(), dk.p(), dv.p(), m, nh, nkv, hd, dqn.p(), dkn.p(), dc.p(),
+                                  ds.p(), dkc.p(), dvc.p(), cap, dpos.p(), eps, nullptr),
+              cudaSuccess);
+    EXPECT_LT(RelErr(dq.Get(), wq), 1e-6);
+    EXPECT_LT(RelErr(dk.Get(), wk), 1e-6);
+    EXPECT_LT(RelErr(dv.Get(), wv), 1e-6);
+    EXPECT_LT(RelErr(dkc.Get(), kc), 1e-6);
+    EXPECT_LT(RelErr(dvc.Get(), vc), 1e-6);
+  }
+  // Feed-forward inputs and the end of a MoE layer.
+  for (int n : {64, 333, 2816}) {
+    SCOPED_TRACE(n);
+    const int64_t m = 4;
+    const int k = 3;
+    const std::vector<float> x = Randn(m * n, rng), w1 = Randn(n, rng), w2 = Randn(n, rng),
+                             rs = Randn(n, rng);
+    const WeightView v1 = F32Weight(w1.data(), 1, n), v2 = F32Weight(w2.data(), 1, n);
+    std::vector<float> a(x.size()), a2(x.size()), r(x.size());
+    cpu::ref::RmsNormRows(x.data(), a.data(), m, n, &v1, eps);
+    cpu::ref::RmsNormRows(x.data(), a2.data(), m, n, &v2, eps);
+    cpu::ref::RmsNormRows(x.data(), r.data(), m, n, nullptr, eps);
+    for (int64_t t = 0; t < m; ++t) {
+      cpu::ref::Mul(&r[t * n], rs.data(), n);
+      cpu::ref::Scale(&r[t * n], 0.0625f, n);
+    }
+    Dev<float> dx(x), dw1(w1), dw2(w2), drs(rs), da(x.size()), da2(x.size()), dr(x.size());
+    ASSERT_EQ(cuda::LaunchFfnInputs(dx.p(), m, n, dw1.p(), dw2.p(), drs.p(), 0.0625f, eps, da.p(),
+                                    da2.p(), dr.p(), nullptr),
+              cudaSuccess);
+    EXPECT_LT(RelErr(da.Get(), a), 1e-6);
+    EXPECT_LT(RelErr(da2.Get(), a2), 1e-6);
+    EXPECT_LT(RelErr(dr.Get(), r), 1e-6);
+    // MoE finish.
+    std::vector<int> idx = {5, 1, 3, 0, 2, 7, 6, 4, 1, 2, 9, 8};
+    const std::vector<float> wts = Randn(m * k, rng), y = Randn(m * k * n, rng),
+                             m1 = Randn(m * n, rng);
+    std::vector<float> want_x = x, want_m1 = m1;
+    for (int64_t t = 0; t < m; ++t) {
+      std::vector<float> moe(n, 0.0f);
+      std::vector<int> order = {0, 1, 2};
+      std::sort(order.begin(), order.end(),
+                [&](int p, int q) { return idx[t * k + p] < idx[t * k + q]; });
+      for (int j : order) cpu::ref::Axpy(moe.data(), wts[t * k + j], &y[(t * k + j) * n], n);
+      cpu::ref::RmsNorm(moe.data(), moe.data(), n, &v2, eps);
+      cpu::ref::Add(&want_m1[t * n], moe.data(), n);
+      std::vector<float> nm(n);
+      cpu::ref::RmsNorm(&want_m1[t * n], nm.data(), n, &v1, eps);
+      cpu::ref::Add(&want_x[t * n], nm.data(), n);
+      cpu::ref::Scale(&want_x[t * n], 0.5f, n);
+    }
+    Dev<int> di(idx);
+    Dev<float> dwts(wts), dy(y), dm1(m1), dx2(x);
+    ASSERT_EQ(cuda::LaunchMoeFinish(di.p(), dwts.p(), nullptr, dy.p(), m, k, n, nullptr, dw2.p(),
+                                    dm1.p(), dw1.p(), dx2.p(), eps, 0.5f, nullptr),
+              cudaSuccess);
+    EXPECT_LT(RelErr(dm1.Get(), want_m1), 1e-6);
+    EXPECT_LT(RelErr(dx2.Get(), want_x), 1e-6);
+    // With the dense output's own norm (post_ff1 = rs) applied first.
+    std::vector<float> m1n = m1, want_x2 = x;
+    const WeightView vr = F32Weight(rs.data(), 1, n);
+    for (int64_t t = 0; t < m; ++t) cpu::ref::RmsNorm(&m1n[t * n], &m1n[t * n], n, &vr, eps);
+    for (int64_t i = 0; i < m * n; ++i) m1n[i] += want_m1[i] - m1[i];  // + RmsNorm(moe)·post2
+    for (int64_t t = 0; t < m; ++t) {
+      std::vector<float> nm(n);
+      cpu::ref::RmsNorm(&m1n[t * n], nm.data(), n, &v1, eps);
+      cpu::ref::Add(&want_x2[t * n], nm.data(), n);
+      cpu::ref::Scale(&want_x2[t * n], 0.5f, n);
+    }
+    Dev<float> dm1b(m1), dx3(x);
+    ASSERT_EQ(cuda::LaunchMoeFinish(di.p(), dwts.p(), nullptr, dy.p(), m, k, n, drs.p(), dw2.p(),
+                                    dm1b.p(), dw1.p(), dx3.p(), eps, 0.5f, nullptr),
+              cudaSuccess);
+    EXPECT_LT(RelErr(dm1b.Get(), m1n), 1e-5);
+    EXPECT_LT(RelErr(dx3.Get(), want_x2), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace rw
