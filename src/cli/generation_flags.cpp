@@ -28,6 +28,13 @@ void AddEngineFlags(Flags& flags) {
   flags.String("early-expert-read", "off",
                "read the next layer's likely experts early: off, router (its router on the "
                "current hidden state) or fitted (a predictor made by redwing fit-predictor)");
+  flags.String("lock-core", "on",
+               "on: lock the core weights in memory (mlock) so memory pressure evicts only "
+               "expert pages; off: leave them to the page cache");
+  flags.String("backend", "cpu", "where the forward pass runs: cpu or cuda");
+  flags.String("vram-budget", "0",
+               "cuda: GPU bytes for the core, KV cache, scratch and the VRAM expert cache, e.g. 4G "
+               "(0: every expert resident)");
 }
 
 Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -62,6 +69,18 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
     return Error(ErrorCode::kInvalidArgument,
                  "--early-expert-read must be off, router or fitted, not '{}'",
                  o.early_expert_read);
+  const std::string lock = flags.GetString("lock-core");
+  if (lock != "on" && lock != "off")
+    return Error(ErrorCode::kInvalidArgument, "--lock-core must be on or off, not '{}'", lock);
+  o.lock_core = lock == "on";
+  o.backend = flags.GetString("backend");
+  if (o.backend != "cpu" && o.backend != "cuda")
+    return Error(ErrorCode::kInvalidArgument, "--backend must be cpu or cuda, not '{}'", o.backend);
+  RW_ASSIGN_OR_RETURN(unsigned long long vram,
+                      ParseByteSize(flags.GetString("vram-budget"), "--vram-budget"));
+  if (vram > 0 && o.backend != "cuda")
+    return Error(ErrorCode::kInvalidArgument, "--vram-budget applies to --backend cuda");
+  o.vram_budget = vram;
   return o;
 }
 

@@ -12,7 +12,8 @@
 
 namespace rw::cli {
 
-// --model, --threads, --max-context, --prefill-chunk.
+// --model, --threads, --max-context, --prefill-chunk, the expert store's flags, --backend and
+// --vram-budget.
 void AddEngineFlags(Flags& flags);
 Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags);
 

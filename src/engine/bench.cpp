@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -421,6 +422,7 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
       SyntheticPrompt(prompt_tokens, cfg.vocab_size, cfg.bos_token_id,
                       o.seed * 0x100000001B3ull + static_cast<uint64_t>(prompt_tokens));
   auto session = engine.NewSession();
+  const uint64_t syncs0 = session->host_syncs();
   mem.Reset();
   TraceScope case_scope("case", "bench", "prompt_tokens", prompt_tokens);
 
@@ -448,6 +450,8 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
   const ProcIo io1 = ReadProcIo();
   c.prefill.experts = Diff(es0, es1);
   c.prefill.io = Diff(io0, io1);
+  const uint64_t syncs1 = session->host_syncs();
+  c.prefill_host_syncs = syncs1 - syncs0;
 
   auto sample = [&]() {
     TraceScope s("sample", "bench");
@@ -485,6 +489,7 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
   c.decode.parts = session->decode_total().parts;
   c.decode.experts = Diff(es1, engine.expert_stats());
   c.decode.io = Diff(io1, ReadProcIo());
+  c.decode_host_syncs = session->host_syncs() - syncs1;
   c.distinct_generated =
       static_cast<int>(std::set<int>(c.generated.begin(), c.generated.end()).size());
   session->set_routing_trace(nullptr);
@@ -497,6 +502,8 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
     }
     c.routing_note = fmt::format("distinct experts per layer over {} decoded tokens (of {})",
                                  routing.tokens(), cfg.num_experts);
+  } else if (engine.backend() == "cuda") {
+    c.routing_note = "routing is not recorded on the CUDA backend";
   } else {
     c.routing_note = "no routed experts in this model";
   }
@@ -561,14 +568,37 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
   }
   rep.load_seconds = load_sw.Seconds();
   rep.load_io = Diff(io0, ReadProcIo());
+  if (!o.disk_probe) {
+    rep.disk_note = "off";
+  } else if (engine->model().experts() == nullptr) {
+    rep.disk_note = "the model has no routed experts";
+  } else {
+    TraceScope s("disk probe", "bench");
+    DiskProbeOptions po;
+    po.depth = std::max(1, o.engine.io_threads);
+    // Fresh blobs every run: ones read by an earlier run may still sit in a host-side cache.
+    po.seed = std::random_device{}();
+    Result<DiskProbeResult> d = ProbeExpertDisk(o.engine.model_dir, po);
+    if (d.ok()) {
+      rep.disk = *d;
+      Progress(o, fmt::format("disk probe: {:.2f} GB/s with {} reads in flight, {:.2f} GB/s "
+                              "({:.1f} ms per blob) one at a time",
+                              d->parallel_gb_s, d->depth, d->serial_gb_s, d->serial_ms_per_blob));
+    } else {
+      rep.disk_note = d.status().message();
+    }
+  }
   const RssBreakdown rss = CurrentRss();
   rep.load_anon = rss.anon;
   rep.load_file = rss.file;
   rep.config = engine->config();
   rep.threads = engine->pool() != nullptr ? engine->pool()->size() : 1;
+  rep.backend = engine->backend();
   const ExpertStore* store = engine->model().experts();
   rep.expert_store = store != nullptr ? store->kind() : "none";
   rep.io_backend = store != nullptr ? store->io_backend() : "none";
+  const Status& lock = engine->model().core_lock_status();
+  rep.core_lock = lock.ok() ? "locked" : lock.message();
   if (const MemoryPlan* plan = engine->model().memory_plan()) rep.memory_plan = plan->Describe();
   rep.core_bytes = DirBytes(o.engine.model_dir) - DirBytes(JoinPath(o.engine.model_dir, "experts"));
   rep.expert_bytes = DirBytes(JoinPath(o.engine.model_dir, "experts"));
@@ -657,6 +687,27 @@ std::string Mib(uint64_t b) {
 
 }  // namespace
 
+// Decode against the storage bound: bytes the kernel fetched from storage per decoded token
+// over the probe's parallel bandwidth. Empty without a probe, or when decode read under 1 MB
+// per token (a warm run has no storage bound worth the name).
+namespace {
+struct StorageBoundFigures {
+  double bytes_per_token = 0, bound_s = 0, actual_s = 0, ratio = 0;
+};
+std::optional<StorageBoundFigures> StorageBound(const BenchReport& r, const BenchCase& c) {
+  if (!r.disk || r.disk->parallel_gb_s <= 0 || !c.decode.io.available || c.decode.tokens == 0)
+    return std::nullopt;
+  StorageBoundFigures b;
+  const double n = static_cast<double>(c.decode.tokens);
+  b.bytes_per_token = static_cast<double>(c.decode.io.read_bytes) / n;
+  if (b.bytes_per_token < 1e6) return std::nullopt;
+  b.bound_s = b.bytes_per_token / (r.disk->parallel_gb_s * 1e9);
+  b.actual_s = c.decode.seconds / n;
+  b.ratio = b.actual_s / b.bound_s;
+  return b;
+}
+}  // namespace
+
 Json BenchReportToJson(const BenchReport& r) {
   Json j;
   j["format"] = "redwing-bench/1";
@@ -666,11 +717,14 @@ Json BenchReportToJson(const BenchReport& r) {
                    {"vocab", r.config.vocab_size},    {"core_bytes", r.core_bytes},
                    {"expert_bytes", r.expert_bytes}};
   const BenchOptions& o = r.options;
-  j["options"] = {{"expert_store", r.expert_store},
+  j["options"] = {{"backend", r.backend},
+                  {"vram_budget", o.engine.vram_budget},
+                  {"expert_store", r.expert_store},
                   {"memory_budget", o.engine.memory_budget},
                   {"memory_plan", r.memory_plan},
                   {"io_threads", o.engine.io_threads},
                   {"io_backend", r.io_backend},
+                  {"core_lock", r.core_lock},
                   {"early_expert_read", o.engine.early_expert_read},
                   {"threads", r.threads},
                   {"prefill_chunk", o.engine.prefill_chunk},
@@ -689,6 +743,15 @@ Json BenchReportToJson(const BenchReport& r) {
   } else {
     j["cold"] = nullptr;
   }
+  if (r.disk)
+    j["disk_probe"] = {{"method", r.disk->method},
+                       {"blob_bytes", r.disk->blob_bytes},
+                       {"depth", r.disk->depth},
+                       {"parallel_gb_s", r.disk->parallel_gb_s},
+                       {"serial_gb_s", r.disk->serial_gb_s},
+                       {"serial_ms_per_blob", r.disk->serial_ms_per_blob}};
+  else
+    j["disk_probe"] = {{"skipped", r.disk_note}};
   j["load"] = {{"seconds", r.load_seconds},
                {"anon_bytes", r.load_anon},
                {"file_bytes", r.load_file},
@@ -700,14 +763,23 @@ Json BenchReportToJson(const BenchReport& r) {
     cj["prompt_tokens"] = c.prompt_tokens;
     cj["ttft_seconds"] = c.ttft_seconds;
     cj["prefill"] = PhaseJson(c.prefill);
+    cj["prefill"]["host_syncs"] = c.prefill_host_syncs;
     cj["decode"] = PhaseJson(c.decode);
     cj["decode"]["sample_seconds"] = c.sample_seconds;
+    cj["decode"]["host_syncs"] = c.decode_host_syncs;
     cj["decode"]["distinct_generated_ids"] = c.distinct_generated;
     cj["decode"]["generated_ids"] = c.generated;
     cj["decode"]["routing"] = {
         {"distinct_experts_per_layer",
          c.distinct_experts_per_layer.empty() ? Json(nullptr) : Json(c.distinct_experts_per_layer)},
         {"note", c.routing_note}};
+    if (const auto b = StorageBound(r, c))
+      cj["decode"]["storage_bound"] = {{"disk_bytes_per_token", b->bytes_per_token},
+                                       {"bound_seconds_per_token", b->bound_s},
+                                       {"seconds_per_token", b->actual_s},
+                                       {"ratio", b->ratio}};
+    else
+      cj["decode"]["storage_bound"] = nullptr;
     cj["memory"] = {
         {"peak_private_bytes", c.memory.peak_anon},
         {"peak_file_resident_bytes", c.memory.peak_file},
@@ -729,6 +801,12 @@ std::string BenchReportTable(const BenchReport& r) {
   line(fmt::format("model {} ({} layers, {} experts, top-{}; core {}, experts {})", r.model_dir,
                    r.config.num_layers, r.config.num_experts, r.config.top_k,
                    FormatBytes(r.core_bytes), FormatBytes(r.expert_bytes)));
+  line(fmt::format(
+      "backend {}{}", r.backend,
+      r.options.engine.vram_budget > 0
+          ? fmt::format(" (VRAM budget {}; store columns: the VRAM expert cache)",
+                        FormatBytes(r.options.engine.vram_budget))
+          : std::string(r.backend == "cuda" ? " (every expert resident in VRAM)" : "")));
   line(fmt::format("store {} ({}, {} reads in flight, early reads {}), {} threads{}; load {:.2f} s",
                    r.expert_store, r.io_backend, r.options.engine.io_threads,
                    r.options.engine.early_expert_read, r.threads,
@@ -741,6 +819,7 @@ std::string BenchReportTable(const BenchReport& r) {
                     FormatBytes(r.cold_drop->resident_after)));
   else
     line("warm: page cache left as found");
+  line("core pages: " + r.core_lock);
   line("decode stream: " + r.decode_mode);
   line("");
   line(fmt::format(
@@ -774,6 +853,18 @@ std::string BenchReportTable(const BenchReport& r) {
       "decode tok/s counts forward passes and sampling, (fwd) the forward passes alone; rd/t: "
       "bytes read per decoded token by the store and by the kernel (/proc/self/io); wait: "
       "summed over the threads that waited; compute: forward time minus wait");
+  if (r.backend == "cuda") {
+    for (const BenchCase& c : r.cases)
+      line(fmt::format("  {:>5}: host syncs per token: prefill {:.3f}, decode {:.2f}",
+                       c.prompt_tokens,
+                       static_cast<double>(c.prefill_host_syncs) /
+                           static_cast<double>(std::max<int64_t>(1, c.prefill.tokens)),
+                       static_cast<double>(c.decode_host_syncs) /
+                           static_cast<double>(std::max<int64_t>(1, c.decode.tokens))));
+    line(
+        "cuda: the GPU's parts are not timed apart (all under attention below); store columns "
+        "count host-to-GPU expert copies");
+  }
   line("");
   line(
       "per part, ms per token (prefill | decode): embed, attention, dense MLP, router+experts, "
@@ -797,7 +888,21 @@ std::string BenchReportTable(const BenchReport& r) {
         c.prefill.io.available ? Mb(static_cast<double>(c.prefill.io.read_bytes)) : "n/a",
         phr >= 0 ? fmt::format("{:.1f}%", 100 * phr) : std::string("-"), c.distinct_generated,
         c.generated.size(), c.distinct_experts_per_layer.empty() ? c.routing_note : "see JSON"));
+    if (const auto b = StorageBound(r, c))
+      line(
+          fmt::format("  {:>5}: storage bound {:.0f} ms per decoded token ({} from disk at "
+                      "{:.2f} GB/s); decode took {:.0f} ms, {:.2f}x the bound",
+                      c.prompt_tokens, 1e3 * b->bound_s, Mb(b->bytes_per_token),
+                      r.disk->parallel_gb_s, 1e3 * b->actual_s, b->ratio));
   }
+  if (r.disk)
+    line(
+        fmt::format("disk probe ({}): {:.2f} GB/s with {} reads in flight; one at a time "
+                    "{:.2f} GB/s, {:.1f} ms per {} blob",
+                    r.disk->method, r.disk->parallel_gb_s, r.disk->depth, r.disk->serial_gb_s,
+                    r.disk->serial_ms_per_blob, FormatBytes(r.disk->blob_bytes)));
+  else
+    line("disk probe: " + r.disk_note);
   return s;
 }
 

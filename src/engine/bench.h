@@ -23,6 +23,7 @@
 
 #include "base/json.h"
 #include "base/status.h"
+#include "engine/disk_probe.h"
 #include "engine/engine.h"
 
 namespace rw {
@@ -81,6 +82,9 @@ struct BenchOptions {
   int64_t decode_tokens = 128;
   uint64_t seed = 1;
   bool cold = false;  // drop the model's files from the page cache before loading
+  // Measure the disk's read bandwidth on the expert files first (DiskProbeResult), so each
+  // case can say how far decode is from the storage bound.
+  bool disk_probe = true;
   // Progress lines (e.g. "prompt 3000: prefill done, 12.3 tok/s"); may be empty.
   std::function<void(const std::string&)> progress;
 };
@@ -120,18 +124,24 @@ struct BenchCase {
   // routing (see routing_note).
   std::vector<int> distinct_experts_per_layer;
   std::string routing_note;
+  // Times the host waited for the GPU (CUDA backend; 0 on the CPU), per phase.
+  uint64_t prefill_host_syncs = 0, decode_host_syncs = 0;
 };
 
 struct BenchReport {
   BenchOptions options;
   std::string model_dir;
   ModelConfig config;
+  std::string backend;       // cpu | cuda
   std::string expert_store;  // the store's kind()
   std::string io_backend;    // the store's io_backend()
+  std::string core_lock;     // "locked", or why the core's pages are not locked in memory
   std::string memory_plan;   // slots: the planner's description
   std::string decode_mode;   // how the decode stream was made (sampling parameters)
   uint64_t core_bytes = 0, expert_bytes = 0;
   std::optional<PageCacheDrop> cold_drop;
+  std::optional<DiskProbeResult> disk;  // the disk probe, when it ran
+  std::string disk_note;                // why it did not
   double load_seconds = 0;
   uint64_t load_anon = 0, load_file = 0;  // RSS right after load
   ProcIo load_io;                         // read from storage during load

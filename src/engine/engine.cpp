@@ -1,11 +1,27 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "base/file.h"
 #include "base/timer.h"
 
+#ifdef REDWING_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#include "runtime/cuda_forward.h"
+#include "runtime/cuda_model.h"
+#else
 namespace rw {
+// Never built without CUDA; complete so the unique_ptr members can be destroyed.
+class CudaModel {};
+class CudaForwardPass {};
+}  // namespace rw
+#endif
+
+namespace rw {
+
+Engine::~Engine() = default;
+Session::~Session() = default;
 
 Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   if (o.model_dir.empty()) return Error(ErrorCode::kInvalidArgument, "no model directory given");
@@ -17,12 +33,25 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
                  o.prefill_chunk);
   if (o.threads < 0 || o.threads > 1024)
     return Error(ErrorCode::kInvalidArgument, "bad thread count {}", o.threads);
+  if (o.backend != "cpu" && o.backend != "cuda")
+    return Error(ErrorCode::kInvalidArgument, "backend must be cpu or cuda, not '{}'", o.backend);
+#ifdef REDWING_HAVE_CUDA
+  if (o.backend == "cuda") RW_RETURN_IF_ERROR(cuda::DeviceStatus().Annotate("--backend cuda"));
+#else
+  if (o.backend == "cuda")
+    return Error(ErrorCode::kUnsupported,
+                 "--backend cuda: this redwing was built without CUDA (no nvcc found at build "
+                 "time)");
+#endif
+  if (o.vram_budget > 0 && o.backend != "cuda")
+    return Error(ErrorCode::kInvalidArgument, "--vram-budget applies to --backend cuda");
   auto e = std::shared_ptr<Engine>(new Engine());
   ModelOpenOptions mo;
   mo.experts.kind = o.expert_store;
   mo.experts.io_threads = o.io_threads;
   mo.experts.io_backend = o.io_backend;
   mo.early_expert_read = o.early_expert_read;
+  mo.lock_core = o.lock_core;
   mo.memory_budget = o.memory_budget;
   mo.max_context = std::max<int64_t>(1, o.max_context);
   mo.prefill_chunk = o.prefill_chunk;
@@ -35,6 +64,19 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   } else {
     e->pool_ = &ThreadPool::Default();
   }
+#ifdef REDWING_HAVE_CUDA
+  if (o.backend == "cuda") {
+    CudaModelOptions co;
+    co.vram_budget = o.vram_budget;
+    co.max_context = e->max_context_;
+    co.prefill_chunk = e->prefill_chunk_;
+    RW_ASSIGN_OR_RETURN(e->cuda_model_, CudaModel::Upload(*e->model_, co, e->pool_));
+  }
+#endif
+  e->backend_ = o.backend;
+  // REDWING_CUDA_GRAPHS=0 turns graphs off without a flag (to measure what they save).
+  const char* graphs_env = std::getenv("REDWING_CUDA_GRAPHS");
+  e->cuda_graphs_ = o.cuda_graphs && !(graphs_env != nullptr && std::string(graphs_env) == "0");
   e->stop_ids_ = e->model_->config().eos_token_ids;
   if (o.load_tokenizer) {
     e->text_status_ = e->LoadText(o.model_dir);
@@ -66,6 +108,20 @@ Status Engine::LoadText(const std::string& dir) {
 }
 
 ExpertStoreStats Engine::expert_stats() const {
+#ifdef REDWING_HAVE_CUDA
+  if (cuda_model_ != nullptr) {
+    ExpertStoreStats out;
+    if (const CudaExpertCache* c = cuda_model_->experts()) {
+      const CudaExpertCacheStats cs = c->stats();
+      out.acquires = cs.requests;
+      out.hits = cs.hits;
+      out.misses = cs.misses;
+      out.bytes_read = cs.bytes_copied;  // host → GPU
+      out.wait_seconds = cs.fill_seconds;
+    }
+    return out;
+  }
+#endif
   const ExpertStore* s = model_->experts();
   return s != nullptr ? s->stats() : ExpertStoreStats{};
 }
@@ -74,10 +130,40 @@ std::unique_ptr<Session> Engine::NewSession() const {
   return std::make_unique<Session>(shared_from_this());
 }
 
-Session::Session(std::shared_ptr<const Engine> engine)
-    : engine_(std::move(engine)),
-      kv_(engine_->config(), engine_->max_context(), engine_->prefill_chunk()),
-      fwd_(engine_->model(), engine_->prefill_chunk()) {}
+Session::Session(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
+  const ModelConfig& c = engine_->config();
+#ifdef REDWING_HAVE_CUDA
+  if (const CudaModel* cm = engine_->cuda_model()) {
+    auto f = CudaForwardPass::Create(*cm, engine_->max_context(), engine_->prefill_chunk());
+    if (f.ok()) {
+      cuda_ = std::move(*f);
+      cuda_->set_use_graphs(engine_->cuda_graphs());
+      sliding_capacity_ = cuda_->sliding_capacity();
+    } else {
+      init_ = f.status();
+    }
+    return;
+  }
+#endif
+  kv_ = std::make_unique<KvCache>(c, engine_->max_context(), engine_->prefill_chunk());
+  fwd_ = std::make_unique<ForwardPass>(engine_->model(), engine_->prefill_chunk());
+  sliding_capacity_ = kv_->sliding_capacity();
+}
+
+uint64_t Session::host_syncs() const {
+#ifdef REDWING_HAVE_CUDA
+  if (cuda_) return cuda_->host_syncs();
+#endif
+  return 0;
+}
+
+Status Session::RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits,
+                         ForwardStats* st) {
+#ifdef REDWING_HAVE_CUDA
+  if (cuda_) return cuda_->Run(ids, m, position(), rows, logits, st);
+#endif
+  return fwd_->Run(*kv_, ids, m, position(), rows, logits, engine_->pool(), st);
+}
 
 Status Session::Check(std::span<const int> ids) const {
   const int vocab = engine_->config().vocab_size;
@@ -95,9 +181,10 @@ Status Session::Check(std::span<const int> ids) const {
 }
 
 Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_logits) {
+  RW_RETURN_IF_ERROR(init_);
   RW_RETURN_IF_ERROR(Check(ids));
   const int64_t n = static_cast<int64_t>(ids.size()), V = engine_->config().vocab_size;
-  const int64_t chunk = fwd_.max_chunk();
+  const int64_t chunk = engine_->prefill_chunk();
   std::vector<float> logits(static_cast<size_t>((all_logits ? n : 1) * V));
   CallStats call;
   Stopwatch sw;
@@ -107,7 +194,7 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
     LogitsRows rows =
         all_logits ? LogitsRows::kAll : (last ? LogitsRows::kLast : LogitsRows::kNone);
     float* out = all_logits ? &logits[i * V] : logits.data();
-    Status st = fwd_.Run(kv_, &ids[i], m, position(), rows, out, engine_->pool(), &call.parts);
+    Status st = RunChunk(&ids[i], m, rows, out, &call.parts);
     // On failure the session keeps the chunks that completed (cache and tokens agree).
     if (!st.ok()) return st;
     tokens_.insert(tokens_.end(), ids.begin() + i, ids.begin() + i + m);
@@ -120,12 +207,12 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
 }
 
 Result<std::vector<float>> Session::Decode(int id) {
+  RW_RETURN_IF_ERROR(init_);
   RW_RETURN_IF_ERROR(Check(std::span<const int>(&id, 1)));
   std::vector<float> logits(engine_->config().vocab_size);
   CallStats call;
   Stopwatch sw;
-  RW_RETURN_IF_ERROR(fwd_.Run(kv_, &id, 1, position(), LogitsRows::kLast, logits.data(),
-                              engine_->pool(), &call.parts));
+  RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
   tokens_.push_back(id);
   call.seconds = sw.Seconds();
   call.tokens = 1;
@@ -141,7 +228,7 @@ void Session::Reset() {
 
 bool Session::CanRewind(int64_t pos) const {
   if (pos < 0 || pos > position()) return false;
-  const int64_t cap = kv_.sliding_capacity(), window = engine_->config().sliding_window;
+  const int64_t cap = sliding_capacity_, window = engine_->config().sliding_window;
   if (cap == 0) return true;
   // Ring slots hold positions [position − cap, position); the next query at pos needs
   // [pos − window + 1, pos).

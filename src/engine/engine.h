@@ -39,20 +39,38 @@ struct EngineOptions {
   // to the current hidden state, one token at a time) or "fitted" (the model directory's
   // expert_predictor.bin).
   std::string early_expert_read = "off";
+  // Lock the core weights in memory (see ModelOpenOptions::lock_core).
+  bool lock_core = true;
+  // Where the forward pass runs: "cpu" or "cuda" (needs a CUDA build and a usable GPU).
+  std::string backend = "cpu";
+  // cuda: bytes of GPU memory for the core, KV cache, scratch and the VRAM expert cache (0: every
+  // expert resident).
+  uint64_t vram_budget = 0;
+  bool cuda_graphs = true;  // cuda: replay decode steps from a CUDA graph where possible
 };
+
+class CudaModel;
+class CudaForwardPass;
 
 class Session;
 
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   static Result<std::shared_ptr<Engine>> Load(const EngineOptions& options);
+  ~Engine();
 
   const ModelConfig& config() const { return model_->config(); }
   const RuntimeModel& model() const { return *model_; }
   int64_t max_context() const { return max_context_; }
   int64_t prefill_chunk() const { return prefill_chunk_; }
   ThreadPool* pool() const { return pool_; }
-  // Expert store figures (hits, bytes read, waits) since load.
+  // "cpu" or "cuda".
+  const std::string& backend() const { return backend_; }
+  // The weights on the GPU (null on the CPU backend).
+  const CudaModel* cuda_model() const { return cuda_model_.get(); }
+  bool cuda_graphs() const { return cuda_graphs_; }
+  // Expert store figures (on CUDA: the VRAM expert cache's hits, misses and bytes copied) (hits,
+  // bytes read, waits) since load.
   ExpertStoreStats expert_stats() const;
   std::unique_ptr<Session> NewSession() const;
 
@@ -70,6 +88,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine() = default;
   Status LoadText(const std::string& model_dir);
   std::unique_ptr<RuntimeModel> model_;
+  std::unique_ptr<CudaModel> cuda_model_;
+  std::string backend_ = "cpu";
+  bool cuda_graphs_ = true;
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   int64_t max_context_ = 0, prefill_chunk_ = 0;
@@ -94,6 +115,7 @@ struct CallStats {
 class Session {
  public:
   explicit Session(std::shared_ptr<const Engine> engine);
+  ~Session();
 
   // Appends ids at the current position. Returns logits [n][vocab] when all_logits, else the
   // last position's [vocab]. Empty input, ids outside the vocabulary or a context beyond
@@ -113,7 +135,12 @@ class Session {
   Status Rewind(int64_t pos);
 
   // Records the experts every layer chooses for every token run from now on (null: stop).
-  void set_routing_trace(RoutingTrace* trace) { fwd_.set_routing_trace(trace); }
+  // (CPU backend only.)
+  void set_routing_trace(RoutingTrace* trace) {
+    if (fwd_) fwd_->set_routing_trace(trace);
+  }
+  // Times this session's forward pass waited for the GPU (0 on the CPU backend).
+  uint64_t host_syncs() const;
 
   const CallStats& last_call() const { return last_; }
   const CallStats& prefill_total() const { return prefill_total_; }
@@ -122,10 +149,16 @@ class Session {
 
  private:
   Status Check(std::span<const int> ids) const;
+  Status RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits, ForwardStats* st);
 
   std::shared_ptr<const Engine> engine_;
-  KvCache kv_;
-  ForwardPass fwd_;
+  // One of the two backends: the CPU pass with its KV cache, or the CUDA pass (which holds its
+  // KV cache on the GPU). init_ says why the chosen one could not be built.
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<ForwardPass> fwd_;
+  std::unique_ptr<CudaForwardPass> cuda_;
+  Status init_;
+  int64_t sliding_capacity_ = 0;
   std::vector<int> tokens_;
   CallStats last_, prefill_total_, decode_total_;
 };

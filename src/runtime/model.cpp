@@ -1,5 +1,10 @@
 #include "runtime/model.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <cmath>
 
 #include "base/bf16.h"
@@ -142,7 +147,35 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
     }
     RW_ASSIGN_OR_RETURN(m->experts_, OpenExpertStore(m->dir_, eo));
   }
+  m->LockCore(o.lock_core);
   return m;
+}
+
+void RuntimeModel::LockCore(bool lock) {
+  const CoreFile& core = dir_.core();
+  if (!lock) {
+    core_lock_ = Error(ErrorCode::kUnsupported, "core locking is off");
+    return;
+  }
+  // mlock faults every page in: at load the core is read once, sequentially.
+  if (mlock(core.base(), core.size()) != 0) {
+    const int err = errno;
+    core_lock_ = Error(ErrorCode::kUnsupported, "mlock of the {} core refused ({}){}",
+                       FormatBytes(core.size()), std::strerror(err),
+                       err == ENOMEM || err == EPERM
+                           ? ": raise the locked-memory limit (ulimit -l) to keep the core "
+                             "resident under memory pressure"
+                           : "");
+    madvise(const_cast<uint8_t*>(core.base()), core.size(), MADV_WILLNEED);
+    return;
+  }
+  locked_ = core.base();
+  locked_size_ = core.size();
+  core_lock_ = Status::Ok();
+}
+
+RuntimeModel::~RuntimeModel() {
+  if (locked_ != nullptr) munlock(locked_, locked_size_);
 }
 
 }  // namespace rw

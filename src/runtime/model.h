@@ -48,6 +48,11 @@ struct ModelOpenOptions {
   // What the planner reserves for the KV cache and scratch.
   int64_t max_context = 8192, prefill_chunk = 128;
   std::string early_expert_read = "off";  // off | router | fitted
+  // Lock the core file's pages in memory (mlock). Every token reads the whole core, so under
+  // memory pressure (a small machine, a memory cgroup) the kernel would otherwise evict core
+  // pages along with expert pages and read them back a token later. Where locking is not
+  // allowed (RLIMIT_MEMLOCK) the model still opens; core_lock_status() says why.
+  bool lock_core = true;
 };
 
 class RuntimeModel {
@@ -72,8 +77,12 @@ class RuntimeModel {
   // Bytes of core weights read per decoded token (everything but the embedding rows), and the
   // size of one expert blob.
   uint64_t core_bytes_per_token() const { return core_bytes_per_token_; }
+  // Ok when the core's pages are locked in memory; otherwise why not (off, or refused).
+  const Status& core_lock_status() const { return core_lock_; }
 
  private:
+  void LockCore(bool lock);
+
   ModelDir dir_;
   Gemma4Weights table_;
   WeightView embed_;
@@ -85,6 +94,12 @@ class RuntimeModel {
   bool early_router_ = false;
   std::optional<ExpertPredictor> predictor_;
   uint64_t core_bytes_per_token_ = 0;
+  Status core_lock_;
+  const uint8_t* locked_ = nullptr;
+  uint64_t locked_size_ = 0;
+
+ public:
+  ~RuntimeModel();
 };
 
 }  // namespace rw

@@ -98,6 +98,20 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   const Json j = ParseOrFail(*text);
   ASSERT_TRUE(j.is_object());
+  // The disk probe ran on the tiny model's expert files (or says why the filesystem refused
+  // O_DIRECT), and the core lock is reported either way.
+  ASSERT_TRUE(j.contains("disk_probe")) << j.dump().substr(0, 500);
+  if (j["disk_probe"].contains("skipped")) {
+    EXPECT_NE(j["disk_probe"]["skipped"].get<std::string>().find("O_DIRECT"), std::string::npos);
+  } else {
+    EXPECT_GT(j["disk_probe"]["parallel_gb_s"].get<double>(), 0);
+    EXPECT_GT(j["disk_probe"]["serial_gb_s"].get<double>(), 0);
+    EXPECT_GT(j["disk_probe"]["blob_bytes"].get<uint64_t>(), 0u);
+    EXPECT_NE(r.out.find("disk probe (O_DIRECT"), std::string::npos) << r.out;
+  }
+  const std::string lock = j["options"]["core_lock"].get<std::string>();
+  EXPECT_TRUE(lock == "locked" || lock.find("ulimit -l") != std::string::npos) << lock;
+  EXPECT_NE(r.out.find("core pages: " + lock), std::string::npos) << r.out;
   EXPECT_EQ(j["format"], "redwing-bench/1");
   EXPECT_EQ(j["geometry"]["experts"].get<int>(), 8);
   EXPECT_GT(j["geometry"]["expert_bytes"].get<uint64_t>(), 0u);
@@ -263,6 +277,45 @@ TEST(BenchLibTest, RunBenchInProcess) {
   EXPECT_NE(table.find("per part"), std::string::npos) << table;
   const Json j = BenchReportToJson(*rep);
   EXPECT_EQ(j["cases"][0]["prefill"]["tokens"].get<int>(), 50);
+}
+
+TEST(BenchCliTest, CoreLockAndDiskProbeCanBeTurnedOff) {
+  auto r = test::Run(Bench("--prompt-tokens 12 --decode-tokens 3 --quiet --format json "
+                           "--lock-core off --no-disk-probe"),
+                     Scratch());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const Json j = ParseOrFail(r.out);
+  EXPECT_EQ(j["options"]["core_lock"].get<std::string>(), "core locking is off");
+  EXPECT_EQ(j["disk_probe"]["skipped"].get<std::string>(), "off");
+  EXPECT_TRUE(j["cases"][0]["decode"]["storage_bound"].is_null());
+  r = test::Run(Bench("--lock-core maybe"), Scratch());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--lock-core must be on or off"), std::string::npos) << r.err;
+}
+
+TEST(BenchLibTest, DiskProbeReadsExpertBlobs) {
+  DiskProbeOptions o;
+  o.depth = 3;
+  o.serial_reads = 4;
+  o.parallel_reads = 9;
+  auto d = ProbeExpertDisk(TinyModel(), o);
+  if (!d.ok() && d.status().code() == ErrorCode::kUnsupported)
+    GTEST_SKIP() << "this filesystem refuses O_DIRECT: " << d.status().ToString();
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->depth, 3);
+  EXPECT_EQ(d->blob_bytes % 4096, 0u);
+  EXPECT_GT(d->serial_gb_s, 0);
+  EXPECT_GT(d->serial_ms_per_blob, 0);
+  EXPECT_GT(d->parallel_gb_s, 0);
+  // Bad requests are errors, not crashes.
+  o.depth = 0;
+  auto bad = ProbeExpertDisk(TinyModel(), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  auto missing = ProbeExpertDisk(JoinPath(Scratch(), "no-model"), DiskProbeOptions{});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("no-model"), std::string::npos)
+      << missing.status().ToString();
 }
 
 TEST(BenchLibTest, SyntheticPromptIsDeterministicAndVaried) {
