@@ -42,6 +42,9 @@ int Bench(const Args& args) {
   flags.String("prompt-tokens", "128,3000", "comma-separated prompt lengths, one case each");
   flags.Int("decode-tokens", 128, "tokens generated per case");
   flags.Int("seed", 1, "seed of the synthetic prompts and of the sampler");
+  flags.Bool("host-sampling",
+             "cuda: copy each decode step's logits back and draw the token on the CPU instead of "
+             "on the GPU (to measure what the GPU draw saves)");
   flags.Bool("no-disk-probe",
              "skip the disk probe (O_DIRECT reads of random expert blobs before the cases, the "
              "yardstick for the storage bound)");
@@ -88,6 +91,7 @@ int Bench(const Args& args) {
   o.seed = static_cast<uint64_t>(seed);
   o.cold = flags.GetBool("cold");
   o.disk_probe = !flags.GetBool("no-disk-probe");
+  o.host_sampling = flags.GetBool("host-sampling");
   if (!flags.GetBool("quiet"))
     o.progress = [](const std::string& line) {
       std::fprintf(stderr, "bench: %s\n", line.c_str());

@@ -470,17 +470,25 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
   // decoded token is recorded to report how varied it was.
   RoutingTrace routing;
   session->set_routing_trace(&routing);
+  const bool device_sampling = session->samples_on_device() && !o.host_sampling;
+  c.sampled_on_device = device_sampling;
   Stopwatch decode_sw;
   {
     TraceScope s("decode", "bench", "tokens", o.decode_tokens);
     for (int64_t i = 0; i < o.decode_tokens; ++i) {
+      const int fed = tok;
       {
         TraceScope ts("decode token", "bench", "index", i);
-        RW_ASSIGN_OR_RETURN(logits, session->Decode(tok));
+        // On the GPU the draw happens there (the logits stay on the device).
+        if (device_sampling) {
+          RW_ASSIGN_OR_RETURN(tok, session->DecodeSampled(fed, o.seed));
+        } else {
+          RW_ASSIGN_OR_RETURN(logits, session->Decode(fed));
+        }
       }
-      c.generated.push_back(tok);
+      c.generated.push_back(fed);
       mem.SampleNow();
-      tok = sample();
+      if (!device_sampling) tok = sample();
     }
   }
   c.decode.seconds = decode_sw.Seconds();
@@ -766,6 +774,7 @@ Json BenchReportToJson(const BenchReport& r) {
     cj["prefill"]["host_syncs"] = c.prefill_host_syncs;
     cj["decode"] = PhaseJson(c.decode);
     cj["decode"]["sample_seconds"] = c.sample_seconds;
+    cj["decode"]["sampled_on"] = c.sampled_on_device ? "gpu" : "cpu";
     cj["decode"]["host_syncs"] = c.decode_host_syncs;
     cj["decode"]["distinct_generated_ids"] = c.distinct_generated;
     cj["decode"]["generated_ids"] = c.generated;
@@ -855,12 +864,15 @@ std::string BenchReportTable(const BenchReport& r) {
       "summed over the threads that waited; compute: forward time minus wait");
   if (r.backend == "cuda") {
     for (const BenchCase& c : r.cases)
-      line(fmt::format("  {:>5}: host syncs per token: prefill {:.3f}, decode {:.2f}",
-                       c.prompt_tokens,
-                       static_cast<double>(c.prefill_host_syncs) /
-                           static_cast<double>(std::max<int64_t>(1, c.prefill.tokens)),
-                       static_cast<double>(c.decode_host_syncs) /
-                           static_cast<double>(std::max<int64_t>(1, c.decode.tokens))));
+      line(
+          fmt::format("  {:>5}: host syncs per token: prefill {:.3f}, decode {:.2f}; decode "
+                      "tokens drawn on the {}",
+                      c.prompt_tokens,
+                      static_cast<double>(c.prefill_host_syncs) /
+                          static_cast<double>(std::max<int64_t>(1, c.prefill.tokens)),
+                      static_cast<double>(c.decode_host_syncs) /
+                          static_cast<double>(std::max<int64_t>(1, c.decode.tokens)),
+                      c.sampled_on_device ? "GPU (logits stay there)" : "CPU"));
     line(
         "cuda: the GPU's parts are not timed apart (all under attention below); store columns "
         "count host-to-GPU expert copies");

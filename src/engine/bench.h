@@ -85,6 +85,8 @@ struct BenchOptions {
   // Measure the disk's read bandwidth on the expert files first (DiskProbeResult), so each
   // case can say how far decode is from the storage bound.
   bool disk_probe = true;
+  // CUDA: draw decode tokens on the CPU from copied logits even though the GPU could draw them.
+  bool host_sampling = false;
   // Progress lines (e.g. "prompt 3000: prefill done, 12.3 tok/s"); may be empty.
   std::function<void(const std::string&)> progress;
 };
@@ -124,6 +126,9 @@ struct BenchCase {
   // routing (see routing_note).
   std::vector<int> distinct_experts_per_layer;
   std::string routing_note;
+  // Decode drew its tokens on the GPU (the CUDA backend; the first token, from the prefill's
+  // logits, is drawn on the CPU).
+  bool sampled_on_device = false;
   // Times the host waited for the GPU (CUDA backend; 0 on the CPU), per phase.
   uint64_t prefill_host_syncs = 0, decode_host_syncs = 0;
 };

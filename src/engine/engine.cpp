@@ -221,6 +221,33 @@ Result<std::vector<float>> Session::Decode(int id) {
   return logits;
 }
 
+bool Session::samples_on_device() const {
+#ifdef REDWING_HAVE_CUDA
+  return cuda_ != nullptr;
+#else
+  return false;
+#endif
+}
+
+Result<int> Session::DecodeSampled(int id, uint64_t seed) {
+  RW_RETURN_IF_ERROR(init_);
+  if (!samples_on_device())
+    return Error(ErrorCode::kUnsupported, "drawing tokens on the device needs --backend cuda");
+  RW_RETURN_IF_ERROR(Check(std::span<const int>(&id, 1)));
+  int next = 0;
+  CallStats call;
+  Stopwatch sw;
+#ifdef REDWING_HAVE_CUDA
+  RW_RETURN_IF_ERROR(cuda_->RunAndSample(id, position(), seed, position() + 1, &next, &call.parts));
+#endif
+  tokens_.push_back(id);
+  call.seconds = sw.Seconds();
+  call.tokens = 1;
+  last_ = call;
+  decode_total_.Add(call);
+  return next;
+}
+
 void Session::Reset() {
   tokens_.clear();
   last_ = prefill_total_ = decode_total_ = CallStats{};

@@ -123,6 +123,12 @@ class Session {
   Result<std::vector<float>> Prefill(std::span<const int> ids, bool all_logits = false);
   // Appends one token; returns its logits [vocab].
   Result<std::vector<float>> Decode(int id);
+  // Whether DecodeSampled is available: the CUDA backend draws tokens on the GPU.
+  bool samples_on_device() const;
+  // Appends one token and returns the next one drawn on the device at temperature 1 with
+  // nothing filtered (the token Sampler would draw with `seed` at the new position), without
+  // copying the logits to the host. An error unless samples_on_device().
+  Result<int> DecodeSampled(int id, uint64_t seed);
 
   int64_t position() const { return static_cast<int64_t>(tokens_.size()); }
   const std::vector<int>& tokens() const { return tokens_; }

@@ -65,7 +65,7 @@ CudaForwardPass::~CudaForwardPass() {
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
   for (void* p :
        {static_cast<void*>(h_params_), static_cast<void*>(h_plan_), static_cast<void*>(h_ptrs_),
-        static_cast<void*>(h_idx_), static_cast<void*>(h_logits_)})
+        static_cast<void*>(h_idx_), static_cast<void*>(h_logits_), static_cast<void*>(h_token_)})
     if (p != nullptr) cudaFreeHost(p);
   buffers_.clear();
   if (routed_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(routed_));
@@ -138,6 +138,9 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_params_, 8 + 4 * static_cast<size_t>(M)), "pinned");
   RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_logits_, 4 * static_cast<size_t>(c_.vocab_size)),
                           "pinned");
+  sample_scratch_ = Floats(static_cast<int64_t>(cuda::GumbelSampleScratchBytes() / 4 + 1));
+  d_token_ = reinterpret_cast<int*>(Floats(1));
+  RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_token_, sizeof(int)), "pinned");
   if (c_.enable_moe) {
     const int64_t I = c_.moe_intermediate_size;
     router_logits_ = Floats(M * E);
@@ -273,7 +276,16 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
     if (timing_) RW_RETURN_IF_ERROR(Mark("start"));
     RW_RETURN_IF_ERROR(Body(m, rows));
   }
-  if (out_rows == 1) {
+  if (out_rows == 1 && sample_ != nullptr) {
+    RW_K(cuda::LaunchGumbelSample(logits_, V, sample_->seed, sample_->position, sample_scratch_,
+                                  d_token_, S(stream_)),
+         "sample");
+    RW_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h_token_, d_token_, sizeof(int), cudaMemcpyDeviceToHost, S(stream_)),
+        "sampled token");
+    RW_RETURN_IF_ERROR(Sync());
+    *sample_->token = *h_token_;
+  } else if (out_rows == 1) {
     RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, logits_, static_cast<size_t>(V) * 4,
                                             cudaMemcpyDeviceToHost, S(stream_)),
                             "logits");
@@ -295,6 +307,15 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
     if (c_.enable_moe) stats->experts_run += m * c_.top_k * c_.num_layers;
   }
   return Status::Ok();
+}
+
+Status CudaForwardPass::RunAndSample(int id, int64_t pos0, uint64_t seed, int64_t sample_position,
+                                     int* token, ForwardStats* stats) {
+  const SampleArgs args{seed, sample_position, token};
+  sample_ = &args;
+  Status st = Run(&id, 1, pos0, LogitsRows::kLast, nullptr, stats);
+  sample_ = nullptr;
+  return st;
 }
 
 Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {

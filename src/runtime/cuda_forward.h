@@ -44,6 +44,11 @@ class CudaForwardPass {
   // logits for the requested rows copied to the host.
   Status Run(const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
              ForwardStats* stats);
+  // One decode step (token id at pos0) that draws the next token on the GPU instead of copying
+  // the logits back: the CPU sampler's unfiltered Gumbel-max draw at temperature 1 with `seed`
+  // at `sample_position` (cuda::LaunchGumbelSample), so 262,144 logits never cross PCIe.
+  Status RunAndSample(int id, int64_t pos0, uint64_t seed, int64_t sample_position, int* token,
+                      ForwardStats* stats);
 
  private:
   explicit CudaForwardPass(const CudaModel& model) : model_(model), c_(model.config()) {}
@@ -100,8 +105,19 @@ class CudaForwardPass {
   int64_t plan_ints_ = 0;
   const uint8_t** ptrs_ = nullptr;
   const uint8_t** h_ptrs_ = nullptr;
-  int* h_idx_ = nullptr;        // routed indices read back
-  float* h_logits_ = nullptr;   // pinned, one row
+  int* h_idx_ = nullptr;       // routed indices read back
+  float* h_logits_ = nullptr;  // pinned, one row
+  // RunAndSample: the draw's arguments while Run runs (null: copy logits), its device scratch,
+  // the device and pinned host token.
+  struct SampleArgs {
+    uint64_t seed;
+    int64_t position;
+    int* token;
+  };
+  const SampleArgs* sample_ = nullptr;
+  void* sample_scratch_ = nullptr;
+  int* d_token_ = nullptr;
+  int* h_token_ = nullptr;
   void* graph_exec_ = nullptr;  // cudaGraphExec_t of one decode step
   bool use_graphs_ = true, graph_failed_ = false;
   uint64_t syncs_ = 0, graph_steps_ = 0;

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda.h"
 #include "base/file.h"
 #include "base/json.h"
+#include "engine/bench.h"
 #include "engine/engine.h"
 #include "install/convert.h"
 #include "install/synth.h"
@@ -244,6 +245,54 @@ TEST(CudaParity, EvictionGivesTheResidentLogits) {
               static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses),
               st.bytes_read / 1e6);
   EXPECT_GT(st.misses, 8u);
+}
+
+// The GPU's draw (RunAndSample) is the CPU sampler's unfiltered Gumbel-max draw on the same
+// logits: one session copies its logits back and samples on the CPU, its twin draws on the GPU,
+// both fed the same tokens, with the decode step as a CUDA graph and kernel by kernel.
+TEST(CudaParity, DrawsOnTheGpuWhatTheCpuSamplerDraws) {
+  REQUIRE_CUDA();
+  const std::string dir = TinyModel();
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "resident, graphs" : "no graphs");
+    auto e = Load(dir, "cuda", 7, 256, 0, variant == 0);
+    ASSERT_NE(e, nullptr);
+    const int vocab = e->config().vocab_size;
+    auto host = e->NewSession();
+    auto device = e->NewSession();
+    ASSERT_TRUE(device->samples_on_device());
+    const std::vector<int> prompt = Prompt(20, vocab);
+    ASSERT_TRUE(host->Prefill(prompt).ok());
+    ASSERT_TRUE(device->Prefill(prompt).ok());
+    int tok = 7, distinct_seen = 0;
+    std::vector<bool> seen(static_cast<size_t>(vocab), false);
+    for (int i = 0; i < 40; ++i) {
+      const uint64_t seed = 1000 + static_cast<uint64_t>(i % 3);
+      auto logits = host->Decode(tok);
+      ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+      const int want = SampleUnfiltered(*logits, seed, host->position());
+      auto got = device->DecodeSampled(tok, seed);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_EQ(*got, want) << "step " << i;
+      distinct_seen += seen[static_cast<size_t>(want)] ? 0 : 1;
+      seen[static_cast<size_t>(want)] = true;
+      tok = want;
+    }
+    EXPECT_GT(distinct_seen, 10);  // a varied stream, not one token repeated
+    EXPECT_EQ(device->position(), host->position());
+  }
+}
+
+TEST(CudaParity, CpuSessionsDoNotDrawOnTheDevice) {
+  auto e = Load(TinyModel(), "cpu", 7, 256);
+  ASSERT_NE(e, nullptr);
+  auto s = e->NewSession();
+  EXPECT_FALSE(s->samples_on_device());
+  ASSERT_TRUE(s->Prefill(Prompt(5, e->config().vocab_size)).ok());
+  auto r = s->DecodeSampled(3, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--backend cuda"), std::string::npos);
+  EXPECT_EQ(s->position(), 5);  // nothing appended
 }
 
 }  // namespace

@@ -9,6 +9,11 @@ namespace rw::cuda {
 Status DeviceStatus() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
+  // Without an NVIDIA driver the runtime calls it "insufficient"; say what a user can act on.
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+    return Error(ErrorCode::kUnsupported,
+                 "no NVIDIA GPU with a working driver found (CUDA runtime: {}); use --backend cpu",
+                 cudaGetErrorString(e));
   if (e != cudaSuccess)
     return Error(ErrorCode::kUnsupported, "no usable CUDA device: {}", cudaGetErrorString(e));
   if (n == 0) return Error(ErrorCode::kUnsupported, "no CUDA device present");

@@ -140,4 +140,13 @@ cudaError_t LaunchMoeFinish(const int* idx, const float* w, const int* rows, con
                             float* m1, const float* post_ff, float* x, float eps, float scalar,
                             cudaStream_t s);
 
+// ---- Sampling ---------------------------------------------------------------------------------
+
+// The token the CPU sampler draws at temperature 1 with nothing filtered (Gumbel-max with the
+// counter noise of sample/sampler.cpp over the n logits at `position`; 0 when all are NaN),
+// written to *out (device memory). scratch: GumbelSampleScratchBytes() of device memory.
+size_t GumbelSampleScratchBytes();
+cudaError_t LaunchGumbelSample(const float* logits, int64_t n, uint64_t seed, int64_t position,
+                               void* scratch, int* out, cudaStream_t s);
+
 }  // namespace rw::cuda
