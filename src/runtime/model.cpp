@@ -160,12 +160,10 @@ void RuntimeModel::LockCore(bool lock) {
   // mlock faults every page in: at load the core is read once, sequentially.
   if (mlock(core.base(), core.size()) != 0) {
     const int err = errno;
-    core_lock_ = Error(ErrorCode::kUnsupported, "mlock of the {} core refused ({}){}",
-                       FormatBytes(core.size()), std::strerror(err),
-                       err == ENOMEM || err == EPERM
-                           ? ": raise the locked-memory limit (ulimit -l) to keep the core "
-                             "resident under memory pressure"
-                           : "");
+    core_lock_ = Error(ErrorCode::kUnsupported,
+                       "mlock of the {} core refused ({}): raise the locked-memory limit "
+                       "(ulimit -l) to keep the core resident under memory pressure",
+                       FormatBytes(core.size()), std::strerror(err));
     madvise(const_cast<uint8_t*>(core.base()), core.size(), MADV_WILLNEED);
     return;
   }
