@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/ops.h"
 #include "base/bf16.h"
+#include "runtime/cuda_model.h"
 #include "runtime/forward.h"
 #include "runtime/model.h"
 
@@ -105,19 +106,6 @@ HostWeight RandomWeight(WeightType type, int64_t rows, int64_t cols, int bits, i
   return h;
 }
 
-cuda::DevMat ToDev(const WeightView& w) {
-  cuda::DevMat d;
-  d.type = w.type == WeightType::kF32 ? 0 : w.type == WeightType::kBf16 ? 1 : 2;
-  d.bits = w.bits;
-  d.group = w.group;
-  d.rows = w.rows;
-  d.cols = w.cols;
-  d.data = w.data;
-  d.scales = w.scales;
-  d.biases = w.biases;
-  return d;
-}
-
 struct Shape {
   WeightType type;
   int64_t rows, cols;
@@ -153,9 +141,10 @@ TEST(CudaOps, MatVecAndMatMul) {
       cpu::ref::MatMul(h.view, x.data(), m, want.data());
       Dev<float> dx(x), dy(want.size());
       if (m == 1)
-        ASSERT_EQ(cuda::LaunchMatVec(ToDev(dw->view()), dx.p(), dy.p(), nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::LaunchMatVec(ToDevMat(dw->view()), dx.p(), dy.p(), nullptr), cudaSuccess);
       else
-        ASSERT_EQ(cuda::LaunchMatMul(ToDev(dw->view()), dx.p(), m, dy.p(), nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::LaunchMatMul(ToDevMat(dw->view()), dx.p(), m, dy.p(), nullptr),
+                  cudaSuccess);
       // m >= 16 runs on tensor cores (3xTF32, which drops the small·small term): fp32-level
       // (seen up to 6e-6 here), not the reference's rounding.
       EXPECT_LT(RelErr(dy.Get(), want), m == 1 ? 2e-6 : 1.5e-5) << "m " << m;
@@ -179,7 +168,8 @@ TEST(CudaOps, MatVecMultiSharesTheInput) {
     }
     const std::vector<float> x = Randn(K, rng);
     Dev<float> dx(x), y0(130), y1(64), y2(7);
-    const cuda::DevMat w[3] = {ToDev(dws[0].view()), ToDev(dws[1].view()), ToDev(dws[2].view())};
+    const cuda::DevMat w[3] = {ToDevMat(dws[0].view()), ToDevMat(dws[1].view()),
+                               ToDevMat(dws[2].view())};
     float* const y[3] = {y0.p(), y1.p(), y2.p()};
     ASSERT_EQ(cuda::LaunchMatVecMulti(w, y, 3, dx.p(), nullptr), cudaSuccess);
     const Dev<float>* outs[3] = {&y0, &y1, &y2};
@@ -215,7 +205,7 @@ Blobs MakeBlobs(int n, int64_t I, int64_t H, int bits, std::mt19937& rng) {
     const uint64_t sc = put(h.scales.data(), h.scales.size() * 2);
     const uint64_t bi = put(h.biases.data(), h.biases.size() * 2);
     if (m != nullptr) {
-      *m = ToDev(h.view);
+      *m = ToDevMat(h.view);
       m->data = reinterpret_cast<const void*>(d);
       m->scales = reinterpret_cast<const uint16_t*>(sc);
       m->biases = reinterpret_cast<const uint16_t*>(bi);
@@ -289,9 +279,9 @@ TEST(CudaOps, ExpertKernels) {
       auto du = cuda::DeviceWeight::Upload(b.parts[1].view);
       ASSERT_TRUE(dg.ok() && du.ok());
       Dev<float> dx(x), dh(I);
-      ASSERT_EQ(
-          cuda::LaunchGateUpGeglu(ToDev(dg->view()), ToDev(du->view()), dx.p(), dh.p(), nullptr),
-          cudaSuccess);
+      ASSERT_EQ(cuda::LaunchGateUpGeglu(ToDevMat(dg->view()), ToDevMat(du->view()), dx.p(), dh.p(),
+                                        nullptr),
+                cudaSuccess);
       std::vector<float> wg(I), wu(I);
       cpu::ref::MatVec(b.parts[0].view, x.data(), wg.data());
       cpu::ref::MatVec(b.parts[1].view, x.data(), wu.data());
@@ -411,8 +401,8 @@ TEST(CudaOps, EmbeddingRows) {
     }
     Dev<int> did(ids);
     Dev<float> dout(want.size());
-    ASSERT_EQ(cuda::LaunchEmbed(ToDev(dw->view()), did.p(), static_cast<int64_t>(ids.size()), 53.0f,
-                                dout.p(), nullptr),
+    ASSERT_EQ(cuda::LaunchEmbed(ToDevMat(dw->view()), did.p(), static_cast<int64_t>(ids.size()),
+                                53.0f, dout.p(), nullptr),
               cudaSuccess);
     EXPECT_LT(RelErr(dout.Get(), want), 1e-6);
   }

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "install/convert.h"
 #include "install/synth.h"
+#include "model/parity_util.h"
 #include "runtime/cuda_model.h"
 
 namespace rw {
@@ -29,23 +30,8 @@ namespace {
     if (!st.ok()) GTEST_SKIP() << "CUDA: " << st.message(); \
   } while (0)
 
-std::vector<float> ReadF32(const std::string& path) {
-  auto bytes = ReadFileToString(path);
-  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
-  if (!bytes.ok()) return {};
-  std::vector<float> v(bytes->size() / 4);
-  std::memcpy(v.data(), bytes->data(), v.size() * 4);
-  return v;
-}
-
-double RelErr(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::ReadF32;
+using test::RelErr;
 
 std::shared_ptr<Engine> Load(const std::string& dir, const std::string& backend, int64_t chunk,
                              int64_t max_context = 512, uint64_t vram_budget = 0,

@@ -17,6 +17,7 @@
 #include "base/json.h"
 #include "engine/engine.h"
 #include "install/convert.h"
+#include "model/parity_util.h"
 
 namespace rw {
 namespace {
@@ -35,23 +36,8 @@ std::vector<std::string> Fixtures() {
   return out;
 }
 
-std::vector<float> ReadF32(const std::string& path) {
-  auto bytes = ReadFileToString(path);
-  EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
-  if (!bytes.ok()) return {};
-  std::vector<float> v(bytes->size() / 4);
-  std::memcpy(v.data(), bytes->data(), v.size() * 4);
-  return v;
-}
-
-double RelErr(const float* a, const float* b, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::ReadF32;
+using test::RelErr;
 
 std::shared_ptr<Engine> Load(const std::string& dir, int64_t chunk) {
   EngineOptions o;
