@@ -8,54 +8,14 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda_test_util.h"
 #include "base/bf16.h"
 
 namespace rw {
 namespace {
 
-#define REQUIRE_CUDA()                                      \
-  do {                                                      \
-    Status st = cuda::DeviceStatus();                       \
-    if (!st.ok()) GTEST_SKIP() << "CUDA: " << st.message(); \
-  } while (0)
-
-struct HostWeight {
-  WeightView view;
-  std::vector<uint32_t> words;
-  std::vector<float> f32;
-  std::vector<uint16_t> bf16, scales, biases;
-};
-
-HostWeight Random(WeightType type, int64_t rows, int64_t cols, int bits, int group,
-                  std::mt19937& rng) {
-  HostWeight h;
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  h.view.type = type;
-  h.view.rows = rows;
-  h.view.cols = cols;
-  if (type == WeightType::kF32) {
-    h.f32.resize(rows * cols);
-    for (float& v : h.f32) v = nd(rng);
-    h.view.data = h.f32.data();
-  } else if (type == WeightType::kBf16) {
-    h.bf16.resize(rows * cols);
-    for (uint16_t& v : h.bf16) v = F32ToBf16(nd(rng));
-    h.view.data = h.bf16.data();
-  } else {
-    h.view.bits = bits;
-    h.view.group = group;
-    h.words.resize(rows * h.view.RowWords());
-    for (uint32_t& w : h.words) w = static_cast<uint32_t>(rng());
-    h.scales.resize(rows * h.view.RowGroups());
-    h.biases.resize(rows * h.view.RowGroups());
-    for (uint16_t& v : h.scales) v = F32ToBf16(std::abs(nd(rng)) * 0.2f);
-    for (uint16_t& v : h.biases) v = F32ToBf16(nd(rng));
-    h.view.data = h.words.data();
-    h.view.scales = h.scales.data();
-    h.view.biases = h.biases.data();
-  }
-  return h;
-}
+using test::HostWeight;
+using test::RandomWeight;
 
 TEST(CudaMatVec, MatchesTheCpuReference) {
   REQUIRE_CUDA();
@@ -79,7 +39,7 @@ TEST(CudaMatVec, MatchesTheCpuReference) {
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("type {} rows {} cols {} bits {} group {}", static_cast<int>(c.type),
                              c.rows, c.cols, c.bits, c.group));
-    HostWeight h = Random(c.type, c.rows, c.cols, c.bits, c.group, rng);
+    HostWeight h = RandomWeight(c.type, c.rows, c.cols, c.bits, c.group, rng);
     std::vector<float> x(c.cols), want(c.rows), got(c.rows);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (float& v : x) v = nd(rng);
@@ -113,7 +73,7 @@ TEST(CudaMatVec, MatchesTheCpuReference) {
 TEST(CudaMatVec, RejectsWhatItCannotRun) {
   REQUIRE_CUDA();
   std::mt19937 rng(1);
-  HostWeight h = Random(WeightType::kAffine, 4, 96, 4, 32, rng);
+  HostWeight h = RandomWeight(WeightType::kAffine, 4, 96, 4, 32, rng);
   h.view.bits = 3;
   auto dw = cuda::DeviceWeight::Upload(h.view);
   ASSERT_TRUE(dw.ok());

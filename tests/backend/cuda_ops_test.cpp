@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda_test_util.h"
 #include "base/bf16.h"
 #include "runtime/cuda_model.h"
 #include "runtime/forward.h"
@@ -19,12 +20,6 @@
 
 namespace rw {
 namespace {
-
-#define REQUIRE_CUDA()                                      \
-  do {                                                      \
-    Status st = cuda::DeviceStatus();                       \
-    if (!st.ok()) GTEST_SKIP() << "CUDA: " << st.message(); \
-  } while (0)
 
 // A device copy of a host vector (kept alive by the test).
 template <typename T>
@@ -69,42 +64,8 @@ double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
-struct HostWeight {
-  WeightView view;
-  std::vector<uint32_t> words;
-  std::vector<float> f32;
-  std::vector<uint16_t> bf16, scales, biases;
-};
-
-HostWeight RandomWeight(WeightType type, int64_t rows, int64_t cols, int bits, int group,
-                        std::mt19937& rng) {
-  HostWeight h;
-  std::normal_distribution<float> nd(0.0f, 0.05f);
-  h.view.type = type;
-  h.view.rows = rows;
-  h.view.cols = cols;
-  if (type == WeightType::kF32) {
-    h.f32 = Randn(rows * cols, rng, 0.05f);
-    h.view.data = h.f32.data();
-  } else if (type == WeightType::kBf16) {
-    h.bf16.resize(rows * cols);
-    for (uint16_t& v : h.bf16) v = F32ToBf16(nd(rng));
-    h.view.data = h.bf16.data();
-  } else {
-    h.view.bits = bits;
-    h.view.group = group;
-    h.words.resize(rows * h.view.RowWords());
-    for (uint32_t& w : h.words) w = static_cast<uint32_t>(rng());
-    h.scales.resize(rows * h.view.RowGroups());
-    h.biases.resize(rows * h.view.RowGroups());
-    for (uint16_t& v : h.scales) v = F32ToBf16(std::abs(nd(rng)) * 0.2f);
-    for (uint16_t& v : h.biases) v = F32ToBf16(nd(rng));
-    h.view.data = h.words.data();
-    h.view.scales = h.scales.data();
-    h.view.biases = h.biases.data();
-  }
-  return h;
-}
+using test::HostWeight;
+using test::RandomWeight;
 
 struct Shape {
   WeightType type;

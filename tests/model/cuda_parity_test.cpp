@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda_test_util.h"
 #include "base/file.h"
 #include "base/json.h"
 #include "engine/bench.h"
@@ -23,12 +24,6 @@
 
 namespace rw {
 namespace {
-
-#define REQUIRE_CUDA()                                      \
-  do {                                                      \
-    Status st = cuda::DeviceStatus();                       \
-    if (!st.ok()) GTEST_SKIP() << "CUDA: " << st.message(); \
-  } while (0)
 
 using test::ReadF32;
 using test::RelErr;
