@@ -1,5 +1,7 @@
 // redwing chat --model <dir>: an interactive conversation. Every turn reuses the KV cache of the
 // turns before it; /reset, /system <text> and /exit manage it; Ctrl-C stops the current answer.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,13 +21,20 @@ namespace rw::cli {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+// Written by the handler so the prompt's poll(2) wakes: the kernel may deliver SIGINT to any of
+// the engine's threads, so an interrupted read(2) on the main thread cannot be relied on.
+int g_wake[2] = {-1, -1};
 
 void OnSigint(int) {
   g_interrupted.store(true);
+  const int saved = errno;
+  if (g_wake[1] >= 0) (void)!::write(g_wake[1], "x", 1);
+  errno = saved;
 }
 
-// Reads lines from fd 0 with read(2), so Ctrl-C at the prompt interrupts the wait (EINTR)
-// instead of killing the program or being swallowed by stdio.
+// Reads lines from fd 0, waiting in poll(2) on it and on the handler's wake pipe, so Ctrl-C at
+// the prompt ends the wait (whichever thread took the signal) instead of killing the program or
+// being swallowed by stdio.
 class LineReader {
  public:
   enum class Got { kLine, kEof, kInterrupted, kError };
@@ -37,6 +46,16 @@ class LineReader {
         if (!line->empty() && line->back() == '\r') line->pop_back();
         return Got::kLine;
       }
+      pollfd fds[2] = {{0, POLLIN, 0}, {g_wake[0], POLLIN, 0}};
+      const int ready = ::poll(fds, g_wake[0] >= 0 ? 2 : 1, -1);
+      if (ready < 0 && errno != EINTR) return Got::kError;
+      if (ready > 0 && (fds[1].revents & POLLIN) != 0) {
+        char drain[64];
+        while (::read(g_wake[0], drain, sizeof drain) > 0) {
+        }
+      }
+      if (g_interrupted.exchange(false)) return Got::kInterrupted;
+      if (ready <= 0 || (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       char tmp[4096];
       const ssize_t n = ::read(0, tmp, sizeof tmp);
       if (n > 0) {
@@ -97,6 +116,7 @@ int Chat(const Args& args) {
   sa.sa_handler = OnSigint;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;  // no SA_RESTART: a Ctrl-C at the prompt must interrupt read(2)
+  if (::pipe2(g_wake, O_NONBLOCK | O_CLOEXEC) != 0) g_wake[0] = g_wake[1] = -1;
   sigaction(SIGINT, &sa, nullptr);
 
   Conversation conv(engine, *thinking);
