@@ -13,11 +13,11 @@ what=${1:-all}
 out=${2:-${OUT:-/tmp/rwdev_out}}
 mkdir -p "$out"
 root=$(pwd)
-export LD_LIBRARY_PATH="$root/.rwdev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-bin="$root/.rwdev/bin"
+export LD_LIBRARY_PATH="$root/${RWDEV:-.rwdev}/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin="$root/${RWDEV:-.rwdev}/bin"
 # Written by tools/cuda/pack.sh: where the binaries were built.
 # shellcheck source=/dev/null
-[ -f "$root/.rwdev/paths.env" ] && . "$root/.rwdev/paths.env"
+[ -f "$root/${RWDEV:-.rwdev}/paths.env" ] && . "$root/${RWDEV:-.rwdev}/paths.env"
 src_dir=${REDWING_SOURCE_DIR_ON_BUILD:?run tools/cuda/pack.sh first (it records the build paths)}
 build_dir=${REDWING_BUILD_DIR_ON_BUILD:?run tools/cuda/pack.sh first (it records the build paths)}
 if [ ! -e "$src_dir" ]; then

@@ -5,8 +5,8 @@
 set -u
 model=$1
 out=$2
-bin=$(pwd)/.rwdev/bin
-export LD_LIBRARY_PATH="$(pwd)/.rwdev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin=$(pwd)/${RWDEV:-.rwdev}/bin
+export LD_LIBRARY_PATH="$(pwd)/${RWDEV:-.rwdev}/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 args=(bench --model "$model" --backend cuda --max-context 1024 --prefill-chunk 64 --quiet)
 timeout 300 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
