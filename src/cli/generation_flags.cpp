@@ -15,6 +15,10 @@ void AddEngineFlags(Flags& flags) {
   flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
   flags.Int("max-context", 8192, "maximum context length in tokens");
   flags.Int("prefill-chunk", 128, "tokens per forward call during prefill");
+  flags.Int("prefill-span", 4096,
+            "cpu: prompts longer than a chunk run layer by layer over spans of up to this many "
+            "tokens, so each routed expert is read once per span instead of once per chunk "
+            "(0: chunk by chunk)");
   flags.String("expert-store", "mmap",
                "where routed experts live: mmap (the page cache) or slots (private slots within "
                "--memory-budget)");
@@ -44,6 +48,10 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   o.threads = static_cast<int>(flags.GetInt("threads"));
   o.max_context = flags.GetInt("max-context");
   o.prefill_chunk = flags.GetInt("prefill-chunk");
+  o.prefill_span = flags.GetInt("prefill-span");
+  if (o.prefill_span < 0)
+    return Error(ErrorCode::kInvalidArgument, "--prefill-span must be >= 0, not {}",
+                 o.prefill_span);
   o.expert_store = flags.GetString("expert-store");
   if (o.expert_store != "mmap" && o.expert_store != "slots")
     return Error(ErrorCode::kInvalidArgument, "--expert-store must be mmap or slots, not '{}'",

@@ -426,15 +426,15 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
   mem.Reset();
   TraceScope case_scope("case", "bench", "prompt_tokens", prompt_tokens);
 
-  // Prefill, one chunk per call (as Session::Prefill would chunk it) so the trace and the memory
-  // sampler see each chunk.
+  // Prefill, one chunk (or layer-major span) per call, as generation appends a prompt, so the
+  // trace and the memory sampler see each call.
   const ExpertStoreStats es0 = engine.expert_stats();
   const ProcIo io0 = ReadProcIo();
   std::vector<float> logits;
   Stopwatch prefill_sw;
   {
     TraceScope s("prefill", "bench", "tokens", prompt_tokens);
-    const int64_t chunk = std::max<int64_t>(1, engine.prefill_chunk());
+    const int64_t chunk = std::max<int64_t>({1, engine.prefill_chunk(), engine.prefill_span()});
     for (int64_t i = 0; i < prompt_tokens; i += chunk) {
       const int64_t m = std::min(chunk, prompt_tokens - i);
       TraceScope cs("prefill chunk", "bench", "pos", i);
@@ -601,6 +601,7 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
   rep.load_file = rss.file;
   rep.config = engine->config();
   rep.threads = engine->pool() != nullptr ? engine->pool()->size() : 1;
+  rep.prefill_span = engine->prefill_span();
   rep.backend = engine->backend();
   const ExpertStore* store = engine->model().experts();
   rep.expert_store = store != nullptr ? store->kind() : "none";
@@ -736,6 +737,7 @@ Json BenchReportToJson(const BenchReport& r) {
                   {"early_expert_read", o.engine.early_expert_read},
                   {"threads", r.threads},
                   {"prefill_chunk", o.engine.prefill_chunk},
+                  {"prefill_span", r.prefill_span},
                   {"max_context", o.engine.max_context},
                   {"prompt_tokens", o.prompt_tokens},
                   {"decode_tokens", o.decode_tokens},
@@ -820,6 +822,11 @@ std::string BenchReportTable(const BenchReport& r) {
                    r.expert_store, r.io_backend, r.options.engine.io_threads,
                    r.options.engine.early_expert_read, r.threads,
                    r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
+  line(fmt::format(
+      "prefill: chunks of {} tokens{}", r.options.engine.prefill_chunk,
+      r.prefill_span > 0
+          ? fmt::format(", layer by layer over spans of up to {} tokens", r.prefill_span)
+          : std::string(", one chunk through every layer at a time")));
   if (r.cold_drop)
     line(
         fmt::format("cold: {} files dropped from the page cache before load (posix_fadvise "

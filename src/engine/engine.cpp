@@ -31,6 +31,9 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   if (o.prefill_chunk <= 0 || o.prefill_chunk > 4096)
     return Error(ErrorCode::kInvalidArgument, "prefill chunk must be in 1..4096, not {}",
                  o.prefill_chunk);
+  if (o.prefill_span < 0)
+    return Error(ErrorCode::kInvalidArgument, "prefill span must be >= 0 tokens, not {}",
+                 o.prefill_span);
   if (o.threads < 0 || o.threads > 1024)
     return Error(ErrorCode::kInvalidArgument, "bad thread count {}", o.threads);
   if (o.backend != "cpu" && o.backend != "cuda")
@@ -55,9 +58,14 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   mo.memory_budget = o.memory_budget;
   mo.max_context = std::max<int64_t>(1, o.max_context);
   mo.prefill_chunk = o.prefill_chunk;
+  // A span no longer than a chunk is just a chunk; none can exceed the context.
+  const int64_t span = std::min(o.prefill_span, mo.max_context);
+  mo.prefill_span = o.backend == "cpu" && span > o.prefill_chunk ? span : 0;
   RW_ASSIGN_OR_RETURN(e->model_, RuntimeModel::Open(o.model_dir, mo));
   e->max_context_ = std::min<int64_t>(o.max_context, e->model_->config().max_position_embeddings);
   e->prefill_chunk_ = std::min(o.prefill_chunk, e->max_context_);
+  e->prefill_span_ =
+      mo.prefill_span > e->prefill_chunk_ ? std::min(mo.prefill_span, e->max_context_) : 0;
   if (o.threads > 0) {
     e->own_pool_ = std::make_unique<ThreadPool>(o.threads);
     e->pool_ = e->own_pool_.get();
@@ -180,23 +188,40 @@ Status Session::Check(std::span<const int> ids) const {
   return Status::Ok();
 }
 
-Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_logits) {
+Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_logits,
+                                            const std::atomic<bool>* cancel) {
   RW_RETURN_IF_ERROR(init_);
   RW_RETURN_IF_ERROR(Check(ids));
   const int64_t n = static_cast<int64_t>(ids.size()), V = engine_->config().vocab_size;
   const int64_t chunk = engine_->prefill_chunk();
+  // Layer-major spans on the CPU when the input is longer than a chunk.
+  const int64_t span = fwd_ && n > chunk ? engine_->prefill_span() : 0;
+  const int64_t step = span > 0 ? span : chunk;
   std::vector<float> logits(static_cast<size_t>((all_logits ? n : 1) * V));
   CallStats call;
   Stopwatch sw;
-  for (int64_t i = 0; i < n; i += chunk) {
-    const int64_t m = std::min(chunk, n - i);
+  for (int64_t i = 0; i < n; i += step) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
+      return Error(ErrorCode::kCancelled, "prefill cancelled after {} of {} tokens", i, n);
+    const int64_t m = std::min(step, n - i);
     const bool last = i + m == n;
     LogitsRows rows =
         all_logits ? LogitsRows::kAll : (last ? LogitsRows::kLast : LogitsRows::kNone);
     float* out = all_logits ? &logits[i * V] : logits.data();
-    Status st = RunChunk(&ids[i], m, rows, out, &call.parts);
-    // On failure the session keeps the chunks that completed (cache and tokens agree).
-    if (!st.ok()) return st;
+    if (span > 0 && m > 1) {
+      Status st = fwd_->RunLayerMajor(*kv_, &ids[i], m, position(), rows, out, engine_->pool(),
+                                      &call.parts, cancel);
+      if (!st.ok()) {
+        // Layers before the failing one hold the span's positions and the rest do not: no
+        // prefix of the timeline is intact in every layer, so start over.
+        Reset();
+        return st;
+      }
+    } else {
+      Status st = RunChunk(&ids[i], m, rows, out, &call.parts);
+      // On failure the session keeps the chunks that completed (cache and tokens agree).
+      if (!st.ok()) return st;
+    }
     tokens_.insert(tokens_.end(), ids.begin() + i, ids.begin() + i + m);
   }
   call.seconds = sw.Seconds();

@@ -5,6 +5,7 @@
 // different threads, but each Session is used by one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -26,6 +27,11 @@ struct EngineOptions {
   int threads = 0;              // 0: ThreadPool::Default() (REDWING_THREADS or all cores)
   int64_t max_context = 8192;   // capped by the model's max_position_embeddings
   int64_t prefill_chunk = 128;  // tokens per forward call during prefill
+  // CPU: a prompt longer than one chunk runs layer by layer over spans of up to this many tokens
+  // (every chunk of the span through layer L before layer L+1), so each routed expert the span
+  // uses is read once per span rather than once per chunk. 0: chunk by chunk. Costs
+  // ~14 KB of scratch per token of span.
+  int64_t prefill_span = 4096;
   // Load <model_dir>/tokenizer.json and the chat template. Without them only token ids work; a
   // damaged tokenizer is reported when text is asked for, not at load.
   bool load_tokenizer = true;
@@ -63,6 +69,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const RuntimeModel& model() const { return *model_; }
   int64_t max_context() const { return max_context_; }
   int64_t prefill_chunk() const { return prefill_chunk_; }
+  // Tokens per layer-major prefill call (0: chunk by chunk; the CUDA backend always is).
+  int64_t prefill_span() const { return prefill_span_; }
   ThreadPool* pool() const { return pool_; }
   // "cpu" or "cuda".
   const std::string& backend() const { return backend_; }
@@ -93,7 +101,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool cuda_graphs_ = true;
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
-  int64_t max_context_ = 0, prefill_chunk_ = 0;
+  int64_t max_context_ = 0, prefill_chunk_ = 0, prefill_span_ = 0;
   std::optional<Tokenizer> tokenizer_;
   Status text_status_;
   ChatTemplate chat_template_ = ChatTemplate::Native();
@@ -119,8 +127,12 @@ class Session {
 
   // Appends ids at the current position. Returns logits [n][vocab] when all_logits, else the
   // last position's [vocab]. Empty input, ids outside the vocabulary or a context beyond
-  // max_context are errors that leave the session unchanged.
-  Result<std::vector<float>> Prefill(std::span<const int> ids, bool all_logits = false);
+  // max_context are errors that leave the session unchanged. `cancel` (may be null) is polled
+  // between chunks; a cancelled call returns kCancelled. A call that fails or is cancelled part
+  // way keeps the chunks it completed, except inside a layer-major span (Engine::prefill_span),
+  // where the session starts over (position 0): the span's layers were part updated.
+  Result<std::vector<float>> Prefill(std::span<const int> ids, bool all_logits = false,
+                                     const std::atomic<bool>* cancel = nullptr);
   // Appends one token; returns its logits [vocab].
   Result<std::vector<float>> Decode(int id);
   // Whether DecodeSampled is available: the CUDA backend draws tokens on the GPU.

@@ -8,8 +8,9 @@
 
 namespace rw {
 
-Result<std::vector<float>> SessionTimeline::Append(std::span<const int> ids) {
-  return s_.Prefill(ids, /*all_logits=*/false);
+Result<std::vector<float>> SessionTimeline::Append(std::span<const int> ids,
+                                                   const std::atomic<bool>* cancel) {
+  return s_.Prefill(ids, /*all_logits=*/false, cancel);
 }
 
 const char* FinishReasonName(FinishReason r) {
@@ -74,18 +75,21 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
     t.Reset();
   }
 
-  // Prefill what the cache does not hold, a chunk at a time so cancellation is prompt.
+  // Prefill what the cache does not hold, a chunk (or layer-major span) at a time; the cancel
+  // flag is also polled inside an append, so cancellation is prompt.
   std::vector<float> logits;
   const int64_t chunk = std::max<int64_t>(1, t.chunk());
   for (int64_t i = r.reused_tokens; i < n; i += chunk) {
     if (cb.on_prefill_progress) cb.on_prefill_progress(i - r.reused_tokens, n - r.reused_tokens);
-    if (Cancelled(cb)) {
+    Result<std::vector<float>> appended =
+        Cancelled(cb) ? Error(ErrorCode::kCancelled, "cancelled")
+                      : t.Append(prompt.subspan(i, std::min(chunk, n - i)), cb.cancel);
+    if (!appended.ok() && appended.status().code() == ErrorCode::kCancelled) {
       r.finish = FinishReason::kCancelled;
       r.prefill_seconds = total.Seconds();
       return r;
     }
-    const int64_t m = std::min(chunk, n - i);
-    RW_ASSIGN_OR_RETURN(logits, t.Append(prompt.subspan(i, m)));
+    RW_ASSIGN_OR_RETURN(logits, std::move(appended));
   }
   r.prefill_seconds = total.Seconds();
 

@@ -22,27 +22,33 @@ namespace rw {
 class TokenTimeline {
  public:
   virtual ~TokenTimeline() = default;
-  // Appends ids; returns the logits after the last one.
-  virtual Result<std::vector<float>> Append(std::span<const int> ids) = 0;
+  // Appends ids; returns the logits after the last one. `cancel` (may be null) may stop a long
+  // append part way with a kCancelled error (see Session::Prefill for what is kept).
+  virtual Result<std::vector<float>> Append(std::span<const int> ids,
+                                            const std::atomic<bool>* cancel = nullptr) = 0;
   virtual const std::vector<int>& tokens() const = 0;
   virtual bool CanRewind(int64_t pos) const = 0;
   virtual Status Rewind(int64_t pos) = 0;
   virtual void Reset() = 0;
   virtual int64_t max_context() const = 0;
-  virtual int64_t chunk() const = 0;  // tokens per Append during prefill
+  virtual int64_t chunk() const = 0;  // most tokens per Append during prefill
 };
 
 // A Session seen as a TokenTimeline.
 class SessionTimeline final : public TokenTimeline {
  public:
   explicit SessionTimeline(Session& s) : s_(s) {}
-  Result<std::vector<float>> Append(std::span<const int> ids) override;
+  Result<std::vector<float>> Append(std::span<const int> ids,
+                                    const std::atomic<bool>* cancel = nullptr) override;
   const std::vector<int>& tokens() const override { return s_.tokens(); }
   bool CanRewind(int64_t pos) const override { return s_.CanRewind(pos); }
   Status Rewind(int64_t pos) override { return s_.Rewind(pos); }
   void Reset() override { s_.Reset(); }
   int64_t max_context() const override { return s_.engine().max_context(); }
-  int64_t chunk() const override { return s_.engine().prefill_chunk(); }
+  // A layer-major span where the engine runs one (its experts are read once per span).
+  int64_t chunk() const override {
+    return std::max(s_.engine().prefill_chunk(), s_.engine().prefill_span());
+  }
 
  private:
   Session& s_;

@@ -45,7 +45,7 @@ void ForwardStats::Add(const ForwardStats& o) {
   experts_run += o.experts_run;
 }
 
-uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M) {
+uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M, int64_t max_span) {
   const int64_t H = c.hidden_size;
   const int64_t hd_max = std::max(c.sliding.head_dim, c.full.head_dim);
   const int64_t kv_max = std::max(int64_t{c.sliding.num_kv_heads} * c.sliding.head_dim,
@@ -59,6 +59,8 @@ uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M) {
               M * c.top_k * H;
   }
   floats += 2 * int64_t{c.vocab_size};  // the last row's logits, and a copy for the caller
+  // Layer-major calls: the residual and both RoPE tables of every token of the span.
+  if (max_span > M) floats += max_span * (H + c.sliding.head_dim + c.full.head_dim);
   return static_cast<uint64_t>(floats) * sizeof(float);
 }
 
@@ -105,6 +107,8 @@ Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, Lo
   ForwardStats local;
   ForwardStats* st = stats != nullptr ? stats : &local;
   Stopwatch sw;
+  BeginTrace(m);
+  chunk_row0_ = 0;
   Embed(ids, m);
   RopeTables(pos0, m);
   st->embed_s += sw.Seconds();
@@ -121,6 +125,61 @@ Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, Lo
   return Status::Ok();
 }
 
+Status ForwardPass::RunLayerMajor(KvCache& kv, const int* ids, int64_t n, int64_t pos0,
+                                  LogitsRows rows, float* logits, ThreadPool* pool,
+                                  ForwardStats* stats, const std::atomic<bool>* cancel) {
+  CHECK_MSG(n >= 1, "layer-major call of {} tokens", n);
+  ForwardStats local;
+  ForwardStats* st = stats != nullptr ? stats : &local;
+  const int64_t H = c_.hidden_size, M = max_chunk_, V = c_.vocab_size;
+  const int64_t chunks = (n + M - 1) / M;
+  auto chunk_rows = [&](int64_t c) { return std::min(M, n - c * M); };
+  Stopwatch sw;
+  BeginTrace(n);
+  span_x_.resize(static_cast<size_t>(n * H));
+  for (int64_t c = 0; c < chunks; ++c) {
+    Embed(ids + c * M, chunk_rows(c));
+    std::copy_n(x_.data(), chunk_rows(c) * H, &span_x_[c * M * H]);
+    RopeTables(pos0 + c * M, chunk_rows(c), c * M);
+  }
+  st->embed_s += sw.Seconds();
+  // The chunks' residuals take turns in x_, where DecoderLayer works.
+  for (int li = 0; li < c_.num_layers; ++li) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
+        return Error(ErrorCode::kCancelled, "prefill cancelled at layer {}", li);
+      const int64_t m = chunk_rows(c);
+      chunk_row0_ = c * M;
+      std::copy_n(&span_x_[c * M * H], m * H, x_.data());
+      RW_RETURN_IF_ERROR(DecoderLayer(li, kv, m, pos0 + c * M, pool, st));
+      std::copy_n(x_.data(), m * H, &span_x_[c * M * H]);
+    }
+  }
+  sw.Reset();
+  if (rows == LogitsRows::kAll) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      std::copy_n(&span_x_[c * M * H], chunk_rows(c) * H, x_.data());
+      Head(0, chunk_rows(c), logits + c * M * V, pool);
+    }
+  } else if (rows == LogitsRows::kLast) {
+    std::copy_n(&span_x_[(n - 1) * H], H, x_.data());
+    Head(0, 1, logits, pool);
+  }
+  st->head_s += sw.Seconds();
+  st->tokens += n;
+  return Status::Ok();
+}
+
+void ForwardPass::BeginTrace(int64_t n) {
+  if (trace_ == nullptr) return;
+  const int64_t L = c_.num_layers, k = c_.top_k;
+  trace_->layers = static_cast<int>(L);
+  trace_->top_k = static_cast<int>(k);
+  trace_->num_experts = c_.num_experts;
+  trace_base_ = trace_->tokens();
+  trace_->ids.resize(trace_->ids.size() + static_cast<size_t>(n * L * k));
+}
+
 // E0 (Gemma4TextScaledWordEmbedding): h = E[id] · embed_scale.
 void ForwardPass::Embed(const int* ids, int64_t m) {
   const int64_t H = c_.hidden_size;
@@ -133,13 +192,21 @@ void ForwardPass::Embed(const int* ids, int64_t m) {
 
 // cos/sin of float(pos)·inv_freq for both attention kinds (Gemma4TextRotaryEmbedding), once
 // per chunk for all layers.
-void ForwardPass::RopeTables(int64_t pos0, int64_t m) {
+void ForwardPass::RopeTables(int64_t pos0, int64_t m, int64_t row0) {
   const int hs = c_.sliding.head_dim / 2, hf = c_.full.head_dim / 2;
-  for (int64_t t = 0; t < m; ++t) {
-    cpu::RopeTable(pos0 + t, model_.inv_freq(false).data(), hs, &rope_cos_s_[t * hs],
-                   &rope_sin_s_[t * hs]);
-    cpu::RopeTable(pos0 + t, model_.inv_freq(true).data(), hf, &rope_cos_f_[t * hf],
-                   &rope_sin_f_[t * hf]);
+  const size_t rows = static_cast<size_t>(row0 + m);
+  if (rope_cos_s_.size() < rows * hs) {
+    rope_cos_s_.resize(rows * hs);
+    rope_sin_s_.resize(rows * hs);
+    rope_cos_f_.resize(rows * hf);
+    rope_sin_f_.resize(rows * hf);
+  }
+  for (int64_t r = row0; r < row0 + m; ++r) {
+    const int64_t pos = pos0 + (r - row0);
+    cpu::RopeTable(pos, model_.inv_freq(false).data(), hs, &rope_cos_s_[r * hs],
+                   &rope_sin_s_[r * hs]);
+    cpu::RopeTable(pos, model_.inv_freq(true).data(), hf, &rope_cos_f_[r * hf],
+                   &rope_sin_f_[r * hf]);
   }
 }
 
@@ -209,8 +276,8 @@ void ForwardPass::Attention(int li, KvCache& kv, int64_t m, int64_t pos0, Thread
   cpu::RmsNormRows(k_.data(), k_.data(), m * nkv, hd, &kn, eps);
   cpu::RmsNormRows(v_.data(), v_.data(), m * nkv, hd, nullptr, eps);
   const int half = static_cast<int>(hd / 2);
-  const float* cos = L.full ? rope_cos_f_.data() : rope_cos_s_.data();
-  const float* sin = L.full ? rope_sin_f_.data() : rope_sin_s_.data();
+  const float* cos = (L.full ? rope_cos_f_.data() : rope_cos_s_.data()) + chunk_row0_ * half;
+  const float* sin = (L.full ? rope_sin_f_.data() : rope_sin_s_.data()) + chunk_row0_ * half;
   for (int64_t t = 0; t < m; ++t) {
     cpu::RopeNeox(&q_[t * qdim], static_cast<int>(nh), static_cast<int>(hd), cos + t * half,
                   sin + t * half);
@@ -286,16 +353,9 @@ Status ForwardPass::ExpertsBegin(int li, int64_t m) {
   const int64_t k = c_.top_k, E = c_.num_experts;
   single_token_ = m == 1;
   if (trace_ != nullptr) {
-    const int L = c_.num_layers;
-    if (li == 0) {
-      trace_->layers = L;
-      trace_->top_k = static_cast<int>(k);
-      trace_->num_experts = static_cast<int>(E);
-      trace_base_ = trace_->tokens();
-      trace_->ids.resize(trace_->ids.size() + static_cast<size_t>(m * L * k));
-    }
+    const int64_t L = c_.num_layers, base = trace_base_ + chunk_row0_;
     for (int64_t t = 0; t < m; ++t)
-      std::copy_n(&topk_idx_[t * k], k, &trace_->ids[((trace_base_ + t) * L + li) * k]);
+      std::copy_n(&topk_idx_[t * k], k, &trace_->ids[((base + t) * L + li) * k]);
   }
   users_.resize(E);
   for (auto& u : users_) u.clear();

@@ -8,6 +8,7 @@
 // (decode) uses MatVec and runs the token's experts in parallel.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -38,8 +39,9 @@ class ForwardPass {
  public:
   // Scratch for chunks of up to max_chunk tokens.
   ForwardPass(const RuntimeModel& model, int64_t max_chunk);
-  // Bytes of scratch a ForwardPass (and a session's logits) takes for chunks of max_chunk.
-  static uint64_t ScratchBytes(const ModelConfig& config, int64_t max_chunk);
+  // Bytes of scratch a ForwardPass (and a session's logits) takes for chunks of max_chunk and
+  // RunLayerMajor calls of up to max_span tokens (0: none).
+  static uint64_t ScratchBytes(const ModelConfig& config, int64_t max_chunk, int64_t max_span = 0);
 
   int64_t max_chunk() const { return max_chunk_; }
   // Records every token's routing into trace (null: off); the caller keeps it alive.
@@ -50,10 +52,23 @@ class ForwardPass {
   // has validated ids, positions and the cache's history (positions before pos0 present).
   Status Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
              ThreadPool* pool, ForwardStats* stats);
+  // Runs ids[0..n) (any n >= 1) layer by layer: every chunk of up to max_chunk tokens goes
+  // through layer L before any goes through layer L+1, so the routed experts a long prompt uses
+  // are wanted once per layer instead of once per chunk (a streaming store holds one layer's
+  // experts meanwhile, not the whole model's). The residual of all n tokens is kept (n·hidden
+  // floats). Logits are bit-identical to Run over the same chunks. `cancel` (may be null) is
+  // polled between chunks; a cancelled or failed call leaves the cache partly updated (layers
+  // before the failing one hold the new positions), so the caller must start its timeline over.
+  Status RunLayerMajor(KvCache& kv, const int* ids, int64_t n, int64_t pos0, LogitsRows rows,
+                       float* logits, ThreadPool* pool, ForwardStats* stats,
+                       const std::atomic<bool>* cancel);
 
  private:
   void Embed(const int* ids, int64_t m);
-  void RopeTables(int64_t pos0, int64_t m);
+  // cos/sin rows for positions pos0..pos0+m−1, written at table row `row0` (tables grow as needed).
+  void RopeTables(int64_t pos0, int64_t m, int64_t row0 = 0);
+  // Reserves the routing trace's rows for a call of n tokens.
+  void BeginTrace(int64_t n);
   Status DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool,
                       ForwardStats* st);
   void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);
@@ -96,7 +111,11 @@ class ForwardPass {
   std::vector<int> early_guess_;
   RoutingTrace* trace_ = nullptr;
   int64_t trace_base_ = 0;  // the first token of this call in trace_
-  std::vector<float> rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [m][hd/2]
+  // The current chunk's first token within the call (layer-major calls run several chunks):
+  // its row in the RoPE tables and, after trace_base_, in the routing trace.
+  int64_t chunk_row0_ = 0;
+  std::vector<float> rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [rows][hd/2]
+  std::vector<float> span_x_;  // RunLayerMajor: the residual of every token of the call [n][H]
 };
 
 }  // namespace rw

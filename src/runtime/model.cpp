@@ -135,7 +135,7 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
       MemoryNeeds needs;
       needs.core_bytes = m->dir_.core().size();
       needs.kv_bytes = KvCache::BytesFor(c, o.max_context, o.prefill_chunk);
-      needs.scratch_bytes = ForwardPass::ScratchBytes(c, o.prefill_chunk);
+      needs.scratch_bytes = ForwardPass::ScratchBytes(c, o.prefill_chunk, o.prefill_span);
       needs.layers = c.num_layers;
       needs.experts_per_layer = c.num_experts;
       needs.top_k = c.top_k;

@@ -76,8 +76,9 @@ class ForcedTimeline final : public TokenTimeline {
  public:
   ForcedTimeline(TokenTimeline& inner, std::vector<int> forced, int64_t prompt_size, int stop_id)
       : inner_(inner), forced_(std::move(forced)), prompt_size_(prompt_size), stop_id_(stop_id) {}
-  Result<std::vector<float>> Append(std::span<const int> ids) override {
-    RW_ASSIGN_OR_RETURN(std::vector<float> logits, inner_.Append(ids));
+  Result<std::vector<float>> Append(std::span<const int> ids,
+                                    const std::atomic<bool>* cancel) override {
+    RW_ASSIGN_OR_RETURN(std::vector<float> logits, inner_.Append(ids, cancel));
     const int64_t k = static_cast<int64_t>(inner_.tokens().size()) - prompt_size_;
     if (k < 0) return logits;
     const int id = k < static_cast<int64_t>(forced_.size()) ? forced_[k] : stop_id_;

@@ -3,15 +3,18 @@
 // logits` / `redwing run` commands.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include <unistd.h>
 
 #include "base/file.h"
 #include "engine/engine.h"
+#include "experts/predictor.h"
 #include "install/synth.h"
 
 namespace rw {
@@ -40,12 +43,14 @@ std::string TinyModelDir() {
   return dir;
 }
 
-std::shared_ptr<Engine> Load(int64_t max_context = 256, int64_t chunk = 16) {
+std::shared_ptr<Engine> Load(int64_t max_context = 256, int64_t chunk = 16,
+                             int64_t span = EngineOptions{}.prefill_span) {
   EngineOptions o;
   o.model_dir = TinyModelDir();
   o.threads = 2;
   o.max_context = max_context;
   o.prefill_chunk = chunk;
+  o.prefill_span = span;
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? *e : nullptr;
@@ -133,6 +138,76 @@ TEST(EngineTest, ChunkSizesAgree) {
     else
       EXPECT_LT(MaxRel(all->data(), ref.data(), ref.size()), 1e-5) << "chunk " << chunk;
   }
+}
+
+// Layer-major spans (every chunk through layer L before layer L+1) compute each chunk exactly as
+// chunk-by-chunk prefill does: same logits to the bit, same routing, same cache afterwards.
+TEST(EngineTest, LayerMajorSpansAreBitIdenticalToChunkByChunk) {
+  const std::vector<int> ids = Ids(50, 512);
+  struct Run {
+    std::vector<float> logits, decoded;
+    RoutingTrace trace;
+    int64_t span = 0;
+  };
+  std::vector<Run> runs;
+  for (int64_t span : {0, 24, 4096}) {
+    auto engine = Load(256, 8, span);
+    ASSERT_NE(engine, nullptr);
+    ASSERT_EQ(engine->config().vocab_size, 512);
+    EXPECT_EQ(engine->prefill_span(), std::min<int64_t>(span, 256));  // capped by the context
+    Run r;
+    r.span = span;
+    auto s = engine->NewSession();
+    s->set_routing_trace(&r.trace);
+    auto all = s->Prefill(ids, true);
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    r.logits = *all;
+    EXPECT_EQ(s->position(), 50);
+    // The cache the spans left behind: decoding continues identically.
+    for (int id : {7, 99, 300}) {
+      auto step = s->Decode(id);
+      ASSERT_TRUE(step.ok());
+      r.decoded.insert(r.decoded.end(), step->begin(), step->end());
+    }
+    // The last-row form agrees with the all-rows form.
+    auto s2 = engine->NewSession();
+    auto last = s2->Prefill(ids, false);
+    ASSERT_TRUE(last.ok());
+    EXPECT_EQ(std::memcmp(last->data(), &r.logits[49 * 512], 512 * sizeof(float)), 0);
+    runs.push_back(std::move(r));
+  }
+  for (size_t i = 1; i < runs.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "span " << runs[i].span);
+    ASSERT_EQ(runs[i].logits.size(), runs[0].logits.size());
+    EXPECT_EQ(std::memcmp(runs[i].logits.data(), runs[0].logits.data(),
+                          runs[0].logits.size() * sizeof(float)),
+              0);
+    EXPECT_EQ(std::memcmp(runs[i].decoded.data(), runs[0].decoded.data(),
+                          runs[0].decoded.size() * sizeof(float)),
+              0);
+    EXPECT_EQ(runs[i].trace.ids, runs[0].trace.ids);
+  }
+  EXPECT_EQ(runs[0].trace.tokens(), 53);
+}
+
+TEST(EngineTest, PrefillSpanOptionIsValidated) {
+  EngineOptions o;
+  o.model_dir = TinyModelDir();
+  o.prefill_span = -1;
+  auto e = Engine::Load(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("prefill span"), std::string::npos);
+  // A span no longer than a chunk is chunk-by-chunk prefill.
+  auto small = Load(256, 16, 16);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(small->prefill_span(), 0);
+  // A cancel flag already set stops the prefill before it starts and keeps the session.
+  auto s = small->NewSession();
+  ASSERT_TRUE(s->Prefill(Ids(5, 512)).ok());
+  std::atomic<bool> cancel{true};
+  auto c = s->Prefill(Ids(40, 512), false, &cancel);
+  EXPECT_EQ(c.status().code(), ErrorCode::kCancelled);
+  EXPECT_EQ(s->position(), 5);
 }
 
 TEST(EngineTest, RewindReplaysTheSameLogits) {

@@ -47,7 +47,8 @@ class ScriptedTimeline final : public TokenTimeline {
  public:
   ScriptedTimeline(std::vector<int> script, int64_t max_context, int64_t chunk)
       : script_(std::move(script)), max_context_(max_context), chunk_(chunk) {}
-  Result<std::vector<float>> Append(std::span<const int> ids) override {
+  Result<std::vector<float>> Append(std::span<const int> ids,
+                                    const std::atomic<bool>* /*cancel*/) override {
     appends.push_back(static_cast<int64_t>(ids.size()));
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     std::vector<float> logits(kVocab, 0.0f);
