@@ -138,6 +138,7 @@ struct BenchReport {
   std::string model_dir;
   ModelConfig config;
   std::string backend;       // cpu | cuda
+  std::string cuda_experts;  // cuda: resident | mapped | copy
   std::string expert_store;  // the store's kind()
   std::string io_backend;    // the store's io_backend()
   std::string core_lock;     // "locked", or why the core's pages are not locked in memory

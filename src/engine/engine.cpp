@@ -78,6 +78,19 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
     co.vram_budget = o.vram_budget;
     co.max_context = e->max_context_;
     co.prefill_chunk = e->prefill_chunk_;
+    // Environment overrides, to compare the expert paths without a flag.
+    std::string path = o.cuda_experts;
+    if (const char* env = std::getenv("REDWING_CUDA_EXPERTS")) path = env;
+    if (path != "auto" && path != "mapped" && path != "copy")
+      return Error(ErrorCode::kInvalidArgument,
+                   "CUDA expert path must be auto, mapped or copy, not '{}'", path);
+    co.experts.mapped = path != "copy";
+    co.experts.max_promotions = o.cuda_promotions;
+    if (const char* env = std::getenv("REDWING_CUDA_PROMOTIONS"))
+      co.experts.max_promotions = std::atoi(env);
+    co.experts.prefill_in_place = o.cuda_prefill_in_place;
+    if (const char* env = std::getenv("REDWING_CUDA_PREFILL_EXPERTS"))
+      co.experts.prefill_in_place = std::string(env) == "mapped";
     RW_ASSIGN_OR_RETURN(e->cuda_model_, CudaModel::Upload(*e->model_, co, e->pool_));
   }
 #endif
@@ -115,6 +128,13 @@ Status Engine::LoadText(const std::string& dir) {
   return Status::Ok();
 }
 
+std::string Engine::cuda_expert_path() const {
+#ifdef REDWING_HAVE_CUDA
+  if (cuda_model_ != nullptr) return cuda_model_->expert_path();
+#endif
+  return "";
+}
+
 ExpertStoreStats Engine::expert_stats() const {
 #ifdef REDWING_HAVE_CUDA
   if (cuda_model_ != nullptr) {
@@ -124,7 +144,9 @@ ExpertStoreStats Engine::expert_stats() const {
       out.acquires = cs.requests;
       out.hits = cs.hits;
       out.misses = cs.misses;
-      out.bytes_read = cs.bytes_copied;  // host → GPU
+      // Host → GPU over PCIe: copies into VRAM, plus the mapped path's in-place reads.
+      out.bytes_read = cs.bytes_copied + cs.bytes_mapped;
+      out.prefetches = cs.promotions;  // mapped: copies ahead of demand
       out.wait_seconds = cs.fill_seconds;
     }
     return out;

@@ -53,6 +53,15 @@ struct EngineOptions {
   // expert resident).
   uint64_t vram_budget = 0;
   bool cuda_graphs = true;  // cuda: replay decode steps from a CUDA graph where possible
+  // cuda, under a budget: "mapped" (kernels read experts missing from VRAM in place from pinned
+  // host memory; needs the mmap store, else copy), "copy" (misses copied into VRAM before each
+  // layer runs), or "auto" (mapped where possible). REDWING_CUDA_EXPERTS=mapped|copy overrides.
+  std::string cuda_experts = "auto";
+  // cuda, mapped: experts promoted into VRAM slots per call at most (REDWING_CUDA_PROMOTIONS).
+  int cuda_promotions = 16;
+  // cuda, mapped: prefill reads missing experts in place instead of copying a chunk's experts
+  // into VRAM (REDWING_CUDA_PREFILL_EXPERTS=mapped|copy overrides).
+  bool cuda_prefill_in_place = false;
 };
 
 class CudaModel;
@@ -77,6 +86,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // The weights on the GPU (null on the CPU backend).
   const CudaModel* cuda_model() const { return cuda_model_.get(); }
   bool cuda_graphs() const { return cuda_graphs_; }
+  // How routed experts reach the GPU's kernels: "resident", "mapped" or "copy" ("" on the CPU).
+  std::string cuda_expert_path() const;
   // Expert store figures (on CUDA: the VRAM expert cache's hits, misses and bytes copied) (hits,
   // bytes read, waits) since load.
   ExpertStoreStats expert_stats() const;

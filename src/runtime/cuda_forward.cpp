@@ -65,10 +65,13 @@ CudaForwardPass::~CudaForwardPass() {
   if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
   for (void* p :
        {static_cast<void*>(h_params_), static_cast<void*>(h_plan_), static_cast<void*>(h_ptrs_),
-        static_cast<void*>(h_idx_), static_cast<void*>(h_logits_), static_cast<void*>(h_token_)})
+        static_cast<void*>(h_idx_), static_cast<void*>(h_logits_), static_cast<void*>(h_token_),
+        static_cast<void*>(h_route_)})
     if (p != nullptr) cudaFreeHost(p);
   buffers_.clear();
-  if (routed_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(routed_));
+  for (void* e : {routed_, fork_, join_})
+    if (e != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (side_ != nullptr) cudaStreamDestroy(S(side_));
   if (stream_ != nullptr) cudaStreamDestroy(S(stream_));
 }
 
@@ -93,6 +96,11 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   routed_ = ev;
   const char* timing = std::getenv("REDWING_CUDA_TIMING");
   timing_ = timing != nullptr && std::string(timing) == "1";
+  mapped_ = model_.experts() != nullptr && model_.experts()->mapped();
+  // The experts overlap the dense MLP where they wait on PCIe (mapped); REDWING_CUDA_OVERLAP=1|0
+  // forces it on (resident too) or off.
+  const char* overlap = std::getenv("REDWING_CUDA_OVERLAP");
+  overlap_ = overlap != nullptr ? std::string(overlap) == "1" : mapped_;
   const int64_t H = c_.hidden_size, nh = c_.num_heads, E = c_.num_experts, k = c_.top_k;
   const int64_t hd_max = std::max(c_.sliding.head_dim, c_.full.head_dim);
   const int64_t kv_max = std::max(int64_t{c_.sliding.num_kv_heads} * c_.sliding.head_dim,
@@ -145,7 +153,7 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
     const int64_t I = c_.moe_intermediate_size;
     router_logits_ = Floats(M * E);
     topk_w_ = Floats(M * k);
-    topk_idx_ = reinterpret_cast<int*>(Floats(M * k));
+    topk_idx_ = reinterpret_cast<int*>(Floats(std::max<int64_t>(M, c_.num_layers) * k));
     ex_g_ = Floats(M * k * I);
     ex_u_ = Floats(M * k * I);
     ex_y_ = Floats(M * k * H);
@@ -156,6 +164,14 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
     RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_plan_, L * plan_ints_ * 4), "pinned");
     RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_ptrs_, L * E * sizeof(void*)), "pinned");
     RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_idx_, static_cast<size_t>(M * k) * 4), "pinned");
+    RW_CUDA_RETURN_IF_ERROR(
+        cudaMallocHost(&h_route_, static_cast<size_t>(c_.num_layers * k) * sizeof(int)), "pinned");
+    RW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    side_ = s;
+    for (void** e : {&fork_, &join_}) {
+      RW_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
+      *e = ev;
+    }
   }
   if (alloc_failed_)
     return Error(ErrorCode::kResourceExhausted,
@@ -243,9 +259,9 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
     if (logits_ == nullptr) return Error(ErrorCode::kResourceExhausted, "GPU logits");
     logits_rows_ = out_rows;
   }
-  // One decode step as a graph when nothing in it needs the host (all experts resident).
+  // One decode step as a graph when nothing in it needs the host (experts resident or mapped).
   const bool graphable = m == 1 && rows == LogitsRows::kLast && use_graphs_ && !graph_failed_ &&
-                         (!c_.enable_moe || model_.resident_table() != nullptr);
+                         (!c_.enable_moe || model_.decode_table() != nullptr);
   if (graphable && graph_exec_ == nullptr) {
     cudaGraph_t graph = nullptr;
     RW_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(S(stream_), cudaStreamCaptureModeThreadLocal),
@@ -276,6 +292,13 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
     if (timing_) RW_RETURN_IF_ERROR(Mark("start"));
     RW_RETURN_IF_ERROR(Body(m, rows));
   }
+  if (mapped_ && m == 1) {
+    // Every layer's choice comes back with the step's result (no extra sync) for the cache.
+    RW_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h_route_, topk_idx_, static_cast<size_t>(c_.num_layers * c_.top_k) * 4,
+                        cudaMemcpyDeviceToHost, S(stream_)),
+        "routing read-back");
+  }
   if (out_rows == 1 && sample_ != nullptr) {
     RW_K(cuda::LaunchGumbelSample(logits_, V, sample_->seed, sample_->position, sample_scratch_,
                                   d_token_, S(stream_)),
@@ -299,6 +322,7 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
   } else {
     RW_RETURN_IF_ERROR(Sync());  // the pinned parameters are reused by the next call
   }
+  if (mapped_) RW_RETURN_IF_ERROR(AfterCall(m));
   if (timing_) CollectTimes(m == 1);
   if (stats != nullptr) {
     // The GPU's parts overlap and are not timed apart: the whole call counts as attention.
@@ -316,6 +340,17 @@ Status CudaForwardPass::RunAndSample(int id, int64_t pos0, uint64_t seed, int64_
   Status st = Run(&id, 1, pos0, LogitsRows::kLast, nullptr, stats);
   sample_ = nullptr;
   return st;
+}
+
+Status CudaForwardPass::AfterCall(int64_t m) {
+  CudaExpertCache* cache = model_.experts();
+  if (m == 1) {
+    const size_t k = static_cast<size_t>(c_.top_k);
+    for (int li = 0; li < c_.num_layers; ++li)
+      cache->Record(li, std::span<const int>(h_route_ + li * k, k));
+  }
+  // The stream is idle: the table and the promotions' copies are queued before the next call.
+  return cache->Maintain(stream_);
 }
 
 Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
@@ -361,7 +396,23 @@ Status CudaForwardPass::DecoderLayer(int li, int64_t m) {
                              c_.enable_moe ? r_ : nullptr, S(stream_)),
        "feed-forward inputs");
   if (c_.enable_moe) RW_RETURN_IF_ERROR(Router(li, m));
+  // Decode from a table: the experts (which may wait on PCIe) run on a side stream beside the
+  // dense MLP; a graph captures the fork and the join.
+  const bool fork =
+      c_.enable_moe && m == 1 && overlap_ && !timing_ && model_.decode_table() != nullptr;
+  if (fork) {
+    RW_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(fork_), S(stream_)), "fork");
+    RW_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(S(side_), static_cast<cudaEvent_t>(fork_), 0),
+                            "fork");
+    RW_RETURN_IF_ERROR(ExpertsDecode(li, side_));
+    RW_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(join_), S(side_)), "join");
+  }
   RW_RETURN_IF_ERROR(DenseMlp(li, m));
+  if (fork) {
+    RW_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(S(stream_), static_cast<cudaEvent_t>(join_), 0),
+                            "join");
+    return MoeFinish(li, m);
+  }
   if (!c_.enable_moe) {
     // F5 without experts: h = (h + RMS_post_ff(m1))·layer_scalar.
     RW_K(cuda::LaunchAddRmsNorm(x_, m1_, m, static_cast<int>(H), L.post_ff_ln, eps, scalar,
@@ -446,12 +497,12 @@ Status CudaForwardPass::Router(int li, int64_t m) {
   cudaStream_t s = S(stream_);
   RW_RETURN_IF_ERROR(Linear(L.router, r_, m, router_logits_));
   RW_K(cuda::LaunchRouteTopK(router_logits_, router_logits_, m, c_.num_experts, c_.top_k,
-                             L.per_expert_scale, topk_idx_, topk_w_, s),
+                             L.per_expert_scale, Idx(li, m), topk_w_, s),
        "route top-k");
-  if (m > 1 || model_.resident_table() == nullptr) {
-    // The host groups a chunk's tokens by expert, and the cache must fetch missing experts: read
-    // the choice back, and let the dense MLP run on the GPU meanwhile (Experts waits for it).
-    RW_K(cudaMemcpyAsync(h_idx_, topk_idx_, static_cast<size_t>(m * c_.top_k) * 4,
+  if (m > 1 || model_.decode_table() == nullptr) {
+    // The host groups a chunk's tokens by expert, and the copy path must fetch missing experts:
+    // read the choice back, and let the dense MLP run on the GPU meanwhile (Experts waits).
+    RW_K(cudaMemcpyAsync(h_idx_, Idx(li, m), static_cast<size_t>(m * c_.top_k) * 4,
                          cudaMemcpyDeviceToHost, s),
          "routing read-back");
     RW_K(cudaEventRecord(static_cast<cudaEvent_t>(routed_), s), "routing event");
@@ -462,11 +513,15 @@ Status CudaForwardPass::Router(int li, int64_t m) {
 // Gemma4TextExperts (F3): moe = Σ_e w_e · down_e(gelu_tanh(gate_e u2) ⊙ up_e u2) with
 // u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe), summed per token in ascending expert order.
 Status CudaForwardPass::Experts(int li, int64_t m) {
+  RW_RETURN_IF_ERROR(m == 1 ? ExpertsDecode(li, stream_) : ExpertsPrefill(li, m));
+  return MoeFinish(li, m);
+}
+
+Status CudaForwardPass::MoeFinish(int li, int64_t m) {
   const CudaLayer& L = model_.layer(li);
-  RW_RETURN_IF_ERROR(m == 1 ? ExpertsDecode(li) : ExpertsPrefill(li, m));
   // F1's RMS_post_ff_1, F3–F5: the sum, RMS_post_ff_2, m1 + m2, RMS_post_ff, the residual and
   // layer_scalar, in one kernel.
-  RW_K(cuda::LaunchMoeFinish(topk_idx_, topk_w_, m == 1 ? nullptr : rows_of_, ex_y_, m, c_.top_k,
+  RW_K(cuda::LaunchMoeFinish(Idx(li, m), topk_w_, m == 1 ? nullptr : rows_of_, ex_y_, m, c_.top_k,
                              c_.hidden_size, L.post_ff_ln1, L.post_ff_ln2, m1_, L.post_ff_ln, x_,
                              static_cast<float>(c_.rms_norm_eps),
                              model_.host().layer(li).layer_scalar, S(stream_)),
@@ -474,18 +529,19 @@ Status CudaForwardPass::Experts(int li, int64_t m) {
   return Status::Ok();
 }
 
-// One token: its k experts in one launch per matrix, blob addresses from the resident table
-// (on the GPU, no sync) or from the cache after reading the choice back.
-Status CudaForwardPass::ExpertsDecode(int li) {
+// One token: its k experts in one launch per matrix, blob addresses from the decode table (on
+// the GPU, no sync) or from the cache after reading the choice back (copy path).
+Status CudaForwardPass::ExpertsDecode(int li, void* stream) {
   const CudaLayer& L = model_.layer(li);
   const int k = c_.top_k, E = c_.num_experts;
-  cudaStream_t s = S(stream_);
-  if (const uint8_t* const* table = model_.resident_table()) {
-    // The kernels pick the blobs from the resident table by the router's choice on the GPU.
+  cudaStream_t s = S(stream);
+  if (const uint8_t* const* table = model_.decode_table()) {
+    // The kernels pick the blobs from the table by the router's choice on the GPU: VRAM for
+    // cached experts, pinned host memory read over PCIe for the rest (mapped path).
     const uint8_t* const* layer_table = table + static_cast<size_t>(li) * E;
-    RW_K(cuda::LaunchExpertGateUp(L.experts, layer_table, topk_idx_, k, a2_, 0, ex_g_, s),
+    RW_K(cuda::LaunchExpertGateUp(L.experts, layer_table, Idx(li, 1), k, a2_, 0, ex_g_, s),
          "expert gate/up");
-    RW_K(cuda::LaunchExpertDown(L.experts, layer_table, topk_idx_, k, ex_g_, ex_y_, s),
+    RW_K(cuda::LaunchExpertDown(L.experts, layer_table, Idx(li, 1), k, ex_g_, ex_y_, s),
          "expert down");
     return Status::Ok();
   }
@@ -508,9 +564,9 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
   const int k = c_.top_k, E = c_.num_experts;
   const int64_t I = c_.moe_intermediate_size;
   cudaStream_t s = S(stream_);
-  RW_K(
-      cudaMemcpyAsync(h_idx_, topk_idx_, static_cast<size_t>(m * k) * 4, cudaMemcpyDeviceToHost, s),
-      "routing read-back");
+  RW_K(cudaMemcpyAsync(h_idx_, Idx(li, m), static_cast<size_t>(m * k) * 4, cudaMemcpyDeviceToHost,
+                       s),
+       "routing read-back");
   RW_RETURN_IF_ERROR(Sync());
   // Plan: gather[row] = token, row_of[t·k + j] = row, then per used expert row0 and rows.
   int* plan = h_plan_ + static_cast<size_t>(li) * plan_ints_;
@@ -546,13 +602,22 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
   const int* d_row0 = d_plan + 2 * m * k;
   const int* d_rows = d_row0 + E;
   CudaExpertCache* cache = model_.experts();
-  const size_t per_batch = static_cast<size_t>(std::min<int64_t>(cache->slots(), E));
+  // Mapped with in-place prefill: one batch over the table's entries, missing experts read from
+  // host memory. Otherwise the chunk's experts are copied into slots, in batches the cache holds.
+  const bool in_place = cache->prefill_in_place();
+  const size_t per_batch =
+      in_place ? used.size() : static_cast<size_t>(std::min<int64_t>(cache->slots(), E));
   const uint8_t** hp = h_ptrs_ + static_cast<size_t>(li) * E;
   const uint8_t** dp = ptrs_ + static_cast<size_t>(li) * E;
+  if (in_place) {
+    for (size_t i = 0; i < used.size(); ++i) hp[i] = cache->Entry(li, used[i]);
+    cache->Record(li, used);
+  }
   for (size_t b0 = 0; b0 < used.size(); b0 += per_batch) {
     const size_t b1 = std::min(used.size(), b0 + per_batch);
     const int groups = static_cast<int>(b1 - b0);
-    RW_RETURN_IF_ERROR(cache->Ensure(li, std::span<const int>(&used[b0], b1 - b0), hp + b0, s));
+    if (!in_place)
+      RW_RETURN_IF_ERROR(cache->Ensure(li, std::span<const int>(&used[b0], b1 - b0), hp + b0, s));
     RW_K(cudaMemcpyAsync(dp + b0, hp + b0, (b1 - b0) * sizeof(void*), cudaMemcpyHostToDevice, s),
          "expert pointers");
     int max_rows = 0;

@@ -4,11 +4,13 @@
 // KvCache's slot rule (position p in slot p % capacity; sliding layers keep window + chunk − 1
 // slots); logits are copied back to the host.
 //
-// Routed experts: with every expert resident the router's choice never leaves the GPU and a
-// decode step is one CUDA graph (one host sync per token: the logits). Otherwise the chosen
-// indices are copied back per layer (a host sync each) so the VRAM expert cache can fetch the
-// missing ones. Expert outputs are summed per token in ascending expert order, so the logits do
-// not depend on what the cache held.
+// Routed experts: with every expert resident, or on the mapped path under a budget (kernels read
+// experts missing from VRAM in place from pinned host memory), the router's choice never leaves
+// the GPU during a step and a decode step is one CUDA graph (one host sync per token: the logits
+// or the drawn token, with all layers' routing copied back alongside for the cache's upkeep).
+// On the copy path the chosen indices are copied back per layer (a host sync each) so the VRAM
+// expert cache can fetch the missing ones. Expert outputs are summed per token in ascending
+// expert order, so the logits do not depend on what the cache held.
 //
 // Plain C++ interface: engine code includes it without CUDA headers.
 #pragma once
@@ -63,7 +65,15 @@ class CudaForwardPass {
   Status DenseMlp(int li, int64_t m);
   Status Router(int li, int64_t m);
   Status Experts(int li, int64_t m);
-  Status ExpertsDecode(int li);
+  Status ExpertsDecode(int li, void* stream);
+  // F1's tail and F3–F5 after the experts ran (LaunchMoeFinish).
+  Status MoeFinish(int li, int64_t m);
+  // The routed indices of layer li: decode keeps every layer's (read back once per step).
+  int* Idx(int li, int64_t m) const {
+    return m == 1 ? topk_idx_ + static_cast<int64_t>(li) * c_.top_k : topk_idx_;
+  }
+  // Mapped path, after a call's final sync: the cache counts the call's uses and promotes.
+  Status AfterCall(int64_t m);
   Status ExpertsPrefill(int li, int64_t m);
   Status Head(int64_t row0, int64_t rows);
   Status Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y);
@@ -81,6 +91,12 @@ class CudaForwardPass {
   int64_t max_chunk_ = 0, sliding_capacity_ = 0;
   void* stream_ = nullptr;  // cudaStream_t
   void* routed_ = nullptr;  // cudaEvent_t: the routing read back to h_idx_
+  // Decode with a table: the experts run on side_ while the dense MLP runs on stream_.
+  void* side_ = nullptr;                    // cudaStream_t
+  void *fork_ = nullptr, *join_ = nullptr;  // cudaEvent_t
+  bool overlap_ = false;
+  bool mapped_ = false;     // the model's experts take the mapped path
+  int* h_route_ = nullptr;  // pinned: a decode step's routing, [layer][top_k]
   std::vector<cuda::DeviceBuffer> buffers_;
   // Device KV cache per layer.
   std::vector<float*> k_cache_, v_cache_;
@@ -92,7 +108,7 @@ class CudaForwardPass {
         *ex_y_ = nullptr, *partial_ = nullptr;
   float *rope_cos_s_ = nullptr, *rope_sin_s_ = nullptr, *rope_cos_f_ = nullptr,
         *rope_sin_f_ = nullptr;
-  int* topk_idx_ = nullptr;
+  int* topk_idx_ = nullptr;       // [max(chunk, layers)][top_k]
   const int* rows_of_ = nullptr;  // prefill: row of each (token, choice) in ex_y_
   float* logits_ = nullptr;       // [logits_rows_][V]
   int64_t logits_rows_ = 0;

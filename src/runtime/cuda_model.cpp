@@ -146,7 +146,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Upload(const RuntimeModel& host,
   }
   RW_ASSIGN_OR_RETURN(m->experts_,
                       CudaExpertCache::Create(host.experts(), c.num_layers, c.num_experts, stride,
-                                              sizes, slots, pool));
+                                              sizes, slots, pool, o.experts));
   if (m->experts_->all_resident()) {
     cudaStream_t s;
     RW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");

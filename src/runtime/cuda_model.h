@@ -31,6 +31,7 @@ struct CudaLayer {
 struct CudaModelOptions {
   uint64_t vram_budget = 0;  // bytes for everything on the GPU; 0: all experts resident
   int64_t max_context = 8192, prefill_chunk = 128;
+  CudaExpertCacheOptions experts;  // under a budget: mapped or copy path, promotions
 };
 
 class CudaModel {
@@ -49,6 +50,18 @@ class CudaModel {
   CudaExpertCache* experts() const { return experts_.get(); }
   // Device table [layer·E + e] of blob addresses when every expert is resident, else null.
   const uint8_t* const* resident_table() const { return resident_table_; }
+  // The table decode kernels index by the router's choice on the GPU: the resident table, or
+  // the mapped path's (VRAM slot or pinned host address per expert); null on the copy path.
+  const uint8_t* const* decode_table() const {
+    if (resident_table_ != nullptr) return resident_table_;
+    return experts_ != nullptr && experts_->mapped() ? experts_->table() : nullptr;
+  }
+  // How routed experts reach the kernels: "resident", "mapped", "copy" (or "none").
+  const char* expert_path() const {
+    if (experts_ == nullptr) return "none";
+    if (resident_table_ != nullptr) return "resident";
+    return experts_->mapped() ? "mapped" : "copy";
+  }
   uint64_t core_device_bytes() const { return core_bytes_; }
   // Device bytes of one session's KV cache and scratch (what the budget sets aside).
   static uint64_t SessionBytes(const ModelConfig& c, int64_t max_context, int64_t chunk);

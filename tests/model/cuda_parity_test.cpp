@@ -2,8 +2,9 @@
 // relative error on every prompt position, the 24 greedy tokens identical, decode logits vs the
 // fixture's) and against the CPU backend on a synthesized tiny model: prefill in chunks, decode
 // after prefill, a prompt longer than the sliding window, and a VRAM budget small enough that
-// experts are evicted (logits must then be bit-identical to the all-resident run). Skips (saying
-// why) where no CUDA device is usable.
+// experts are evicted (logits must then be bit-identical to the all-resident run, on the copy
+// path, the mapped path and through the slots store's staging). Skips (saying why) where no CUDA
+// device is usable.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -30,7 +31,8 @@ using test::RelErr;
 
 std::shared_ptr<Engine> Load(const std::string& dir, const std::string& backend, int64_t chunk,
                              int64_t max_context = 512, uint64_t vram_budget = 0,
-                             bool graphs = true) {
+                             bool graphs = true, const std::string& experts = "auto",
+                             const std::string& store = "mmap", bool prefill_in_place = false) {
   EngineOptions o;
   o.model_dir = dir;
   o.threads = 2;
@@ -39,6 +41,9 @@ std::shared_ptr<Engine> Load(const std::string& dir, const std::string& backend,
   o.backend = backend;
   o.vram_budget = vram_budget;
   o.cuda_graphs = graphs;
+  o.cuda_experts = experts;
+  o.expert_store = store;
+  o.cuda_prefill_in_place = prefill_in_place;
   o.load_tokenizer = false;
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -207,10 +212,10 @@ TEST(CudaParity, EvictionGivesTheResidentLogits) {
   ASSERT_NE(cm->resident_table(), nullptr);
   const ModelConfig& c = resident->config();
   // Room for 5 experts: fewer than one layer's 8, so prefill fetches them in batches and every
-  // decode step evicts.
+  // decode step evicts (the copy path; the mapped path is checked below).
   const uint64_t budget =
       cm->core_device_bytes() + CudaModel::SessionBytes(c, 256, 7) + 5 * cm->experts()->stride();
-  auto small = Load(dir, "cuda", 7, 256, budget);
+  auto small = Load(dir, "cuda", 7, 256, budget, true, "copy");
   ASSERT_NE(small, nullptr);
   ASSERT_EQ(small->cuda_model()->resident_table(), nullptr);
   ASSERT_EQ(small->cuda_model()->experts()->slots(), 5);
@@ -228,16 +233,90 @@ TEST(CudaParity, EvictionGivesTheResidentLogits) {
   EXPECT_GT(st.misses, 8u);
 }
 
+// Under the same 5-slot budget: the mapped path (missing experts read in place from pinned host
+// memory, promotions between calls, a decode step one graph with one host sync; prefill copying
+// a chunk's experts into slots, or reading them in place too), the copy path, and the slots
+// store (no fixed mappings: copies through pinned staging) all give the resident logits bit for
+// bit, with graphs on and off.
+TEST(CudaParity, MappedAndCopyPathsGiveTheResidentLogits) {
+  REQUIRE_CUDA();
+  const std::string dir = TinyModel();
+  auto resident = Load(dir, "cuda", 7, 256);
+  ASSERT_NE(resident, nullptr);
+  const CudaModel* cm = resident->cuda_model();
+  ASSERT_NE(cm, nullptr);
+  EXPECT_EQ(resident->cuda_expert_path(), "resident");
+  const ModelConfig& c = resident->config();
+  const uint64_t budget =
+      cm->core_device_bytes() + CudaModel::SessionBytes(c, 256, 7) + 5 * cm->experts()->stride();
+  const std::vector<int> prompt = Prompt(45, c.vocab_size);
+  std::vector<int> next;
+  for (int i = 0; i < 24; ++i) next.push_back((i * 71 + 3) % c.vocab_size);
+  const auto want = Trace(*resident, prompt, next);
+  struct Variant {
+    const char *experts, *store, *path;
+    bool prefill_in_place;
+  };
+  for (const Variant& v :
+       {Variant{"mapped", "mmap", "mapped", false}, Variant{"mapped", "mmap", "mapped", true},
+        Variant{"copy", "mmap", "copy", false}, Variant{"auto", "slots", "copy", false}}) {
+    for (bool graphs : {true, false}) {
+      SCOPED_TRACE(fmt::format("{} ({} store, prefill in place {}), graphs {}", v.experts, v.store,
+                               v.prefill_in_place, graphs));
+      auto e = Load(dir, "cuda", 7, 256, budget, graphs, v.experts, v.store, v.prefill_in_place);
+      ASSERT_NE(e, nullptr);
+      ASSERT_EQ(e->cuda_expert_path(), v.path);
+      ASSERT_EQ(e->cuda_model()->experts()->slots(), 5);
+      const auto got = Trace(*e, prompt, next);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t r = 0; r < got.size(); ++r) EXPECT_EQ(got[r], want[r]) << "row " << r;
+      // Decode steps on the mapped path wait on the GPU once each (the logits), never per layer.
+      auto s = e->NewSession();
+      ASSERT_TRUE(s->Prefill(prompt).ok());
+      const uint64_t syncs0 = s->host_syncs();
+      for (int id : next) ASSERT_TRUE(s->Decode(id).ok());
+      const uint64_t per_step = (s->host_syncs() - syncs0) / next.size();
+      const ExpertStoreStats st = e->expert_stats();
+      std::printf(
+          "[cuda %s/%s%s graphs %d] %llu hits, %llu misses, %llu promotions, %.2f MB over "
+          "PCIe, %llu syncs per decode step\n",
+          v.experts, v.store, v.prefill_in_place ? " in-place prefill" : "", graphs ? 1 : 0,
+          static_cast<unsigned long long>(st.hits), static_cast<unsigned long long>(st.misses),
+          static_cast<unsigned long long>(st.prefetches), st.bytes_read / 1e6,
+          static_cast<unsigned long long>(per_step));
+      EXPECT_GT(st.misses, 8u);
+      if (std::string(v.path) == "mapped") {
+        EXPECT_EQ(per_step, 1u);
+        EXPECT_GT(st.prefetches, 0u);  // experts were promoted into slots
+        EXPECT_GT(st.hits, 0u);        // and used from there
+      } else {
+        EXPECT_EQ(per_step, static_cast<uint64_t>(c.num_layers) + 1);
+      }
+    }
+  }
+}
+
 // The GPU's draw (RunAndSample) is the CPU sampler's unfiltered Gumbel-max draw on the same
 // logits: one session copies its logits back and samples on the CPU, its twin draws on the GPU,
 // both fed the same tokens, with the decode step as a CUDA graph and kernel by kernel.
 TEST(CudaParity, DrawsOnTheGpuWhatTheCpuSamplerDraws) {
   REQUIRE_CUDA();
   const std::string dir = TinyModel();
-  for (int variant = 0; variant < 2; ++variant) {
-    SCOPED_TRACE(variant == 0 ? "resident, graphs" : "no graphs");
-    auto e = Load(dir, "cuda", 7, 256, 0, variant == 0);
+  uint64_t small_budget = 0;
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant == 0   ? "resident, graphs"
+                 : variant == 1 ? "no graphs"
+                                : "mapped experts under a 5-slot budget, graphs");
+    auto e = Load(dir, "cuda", 7, 256, variant == 2 ? small_budget : 0, variant != 1);
     ASSERT_NE(e, nullptr);
+    if (variant == 0) {
+      const CudaModel* cm = e->cuda_model();
+      small_budget = cm->core_device_bytes() + CudaModel::SessionBytes(e->config(), 256, 7) +
+                     5 * cm->experts()->stride();
+    }
+    if (variant == 2) {
+      ASSERT_EQ(e->cuda_expert_path(), "mapped");
+    }
     const int vocab = e->config().vocab_size;
     auto host = e->NewSession();
     auto device = e->NewSession();
