@@ -50,10 +50,19 @@ class ForwardPass {
   // has validated ids, positions and the cache's history (positions before pos0 present).
   Status Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
              ThreadPool* pool, ForwardStats* stats);
+  // The same call from the middle: x is the residual entering layer first_layer ([m][hidden],
+  // as another backend left it; first_layer == num_layers runs the head alone), kv holds every
+  // earlier layer's K/V of these positions. Runs layers first_layer.. and the head. (The routing
+  // trace skips such a call: its first layers ran elsewhere.)
+  Status RunFrom(KvCache& kv, const float* x, int first_layer, int64_t m, int64_t pos0,
+                 LogitsRows rows, float* logits, ThreadPool* pool, ForwardStats* stats);
 
  private:
   void Embed(const int* ids, int64_t m);
   void RopeTables(int64_t pos0, int64_t m);
+  // Layers first.. and the head over the residual in x_ (Run and RunFrom's common part).
+  Status Layers(int first, KvCache& kv, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
+                ThreadPool* pool, ForwardStats* st);
   Status DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool,
                       ForwardStats* st);
   void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);
