@@ -35,6 +35,7 @@ Result<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const CudaModel
                                                                  int64_t max_chunk) {
   auto f = std::unique_ptr<CudaForwardPass>(new CudaForwardPass(model));
   RW_RETURN_IF_ERROR(f->Allocate(max_context, max_chunk));
+  RW_RETURN_IF_ERROR(f->ReadInjectedFault());
   return f;
 }
 
@@ -227,8 +228,8 @@ Status CudaForwardPass::Linear(const cuda::DevMat& w, const float* x, int64_t m,
   return Status::Ok();
 }
 
-Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
-                            ForwardStats* stats) {
+Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
+                                float* logits, ForwardStats* stats) {
   CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
   Stopwatch sw;
   std::memcpy(h_params_, &pos0, 8);
@@ -245,7 +246,7 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
   }
   // One decode step as a graph when nothing in it needs the host (all experts resident).
   const bool graphable = m == 1 && rows == LogitsRows::kLast && use_graphs_ && !graph_failed_ &&
-                         (!c_.enable_moe || model_.resident_table() != nullptr);
+                         fault_layer_ < 0 && (!c_.enable_moe || model_.resident_table() != nullptr);
   if (graphable && graph_exec_ == nullptr) {
     cudaGraph_t graph = nullptr;
     RW_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(S(stream_), cudaStreamCaptureModeThreadLocal),
@@ -265,6 +266,8 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
       cudaGetLastError();
     }
     if (graph != nullptr) cudaGraphDestroy(graph);
+    layer_ = -1;  // nothing captured has run
+    residual_intact_ = false;
   }
   if (graphable && graph_exec_ != nullptr) {
     marks_ = graph_marks_;  // the events captured in the graph are recorded again
@@ -321,7 +324,11 @@ Status CudaForwardPass::RunAndSample(int id, int64_t pos0, uint64_t seed, int64_
 Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
   RW_RETURN_IF_ERROR(Embed(m));
   RW_RETURN_IF_ERROR(RopeTables(m));
-  for (int li = 0; li < c_.num_layers; ++li) RW_RETURN_IF_ERROR(DecoderLayer(li, m));
+  for (int li = 0; li < c_.num_layers; ++li) {
+    RW_RETURN_IF_ERROR(AtLayer(li));
+    RW_RETURN_IF_ERROR(DecoderLayer(li, m));
+  }
+  RW_RETURN_IF_ERROR(AtLayer(c_.num_layers));  // the head reads x_ without changing it
   if (rows == LogitsRows::kAll) return Head(0, m);
   if (rows == LogitsRows::kLast) return Head(m - 1, 1);
   return Status::Ok();
@@ -416,6 +423,7 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
                              Splits(li, m), partial_, att_, s),
        "attention");
   RW_RETURN_IF_ERROR(Linear(L.o, att_, m, o_));
+  residual_intact_ = false;  // x_ stops being this layer's input (see resume_layer)
   // A8.
   RW_K(cuda::LaunchAddRmsNorm(x_, o_, m, static_cast<int>(H), L.post_attn_ln, eps, 1.0f, s),
        "post attention");
