@@ -26,6 +26,8 @@ const char* ErrorCodeName(ErrorCode code) {
       return "cancelled";
     case ErrorCode::kInternal:
       return "internal error";
+    case ErrorCode::kDevice:
+      return "device error";
   }
   return "unknown";
 }

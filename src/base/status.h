@@ -23,6 +23,7 @@ enum class ErrorCode {
   kResourceExhausted,  // memory or disk budget
   kCancelled,
   kInternal,
+  kDevice,  // the GPU reported an error (CUDA): the fault policies act on these alone
 };
 
 const char* ErrorCodeName(ErrorCode code);

@@ -39,6 +39,11 @@ void AddEngineFlags(Flags& flags) {
   flags.String("vram-budget", "0",
                "cuda: GPU bytes for the core, KV cache, scratch and the VRAM expert cache, e.g. 4G "
                "(0: every expert resident)");
+  flags.String("fault-policy", "fail-closed",
+               "cuda: what a CUDA error in a request does: fail-closed (the request fails with "
+               "the error and the session stops) or failover-cpu (the request finishes on the "
+               "CPU from the layer that failed, and the GPU is not used again); only with "
+               "--backend cuda");
 }
 
 Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
@@ -89,6 +94,13 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   if (vram > 0 && o.backend != "cuda")
     return Error(ErrorCode::kInvalidArgument, "--vram-budget applies to --backend cuda");
   o.vram_budget = vram;
+  o.fault_policy = flags.GetString("fault-policy");
+  if (o.fault_policy != "fail-closed" && o.fault_policy != "failover-cpu")
+    return Error(ErrorCode::kInvalidArgument,
+                 "--fault-policy must be fail-closed or failover-cpu, not '{}'", o.fault_policy);
+  if (o.fault_policy == "failover-cpu" && o.backend != "cuda")
+    return Error(ErrorCode::kInvalidArgument,
+                 "--fault-policy failover-cpu applies to --backend cuda");
   return o;
 }
 

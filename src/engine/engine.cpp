@@ -4,7 +4,9 @@
 #include <cstdlib>
 
 #include "base/file.h"
+#include "base/log.h"
 #include "base/timer.h"
+#include "engine/bench.h"
 
 #ifdef REDWING_HAVE_CUDA
 #include "backend/cuda/cuda.h"
@@ -48,6 +50,13 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
 #endif
   if (o.vram_budget > 0 && o.backend != "cuda")
     return Error(ErrorCode::kInvalidArgument, "--vram-budget applies to --backend cuda");
+  if (o.fault_policy != "fail-closed" && o.fault_policy != "failover-cpu")
+    return Error(ErrorCode::kInvalidArgument,
+                 "--fault-policy must be fail-closed or failover-cpu, not '{}'", o.fault_policy);
+  if (o.fault_policy == "failover-cpu" && o.backend != "cuda")
+    return Error(ErrorCode::kInvalidArgument,
+                 "--fault-policy failover-cpu applies to --backend cuda (the CPU backend has no "
+                 "GPU to fail over from)");
   auto e = std::shared_ptr<Engine>(new Engine());
   ModelOpenOptions mo;
   mo.experts.kind = o.expert_store;
@@ -95,6 +104,7 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   }
 #endif
   e->backend_ = o.backend;
+  e->fault_policy_ = o.fault_policy;
   // REDWING_CUDA_GRAPHS=0 turns graphs off without a flag (to measure what they save).
   const char* graphs_env = std::getenv("REDWING_CUDA_GRAPHS");
   e->cuda_graphs_ = o.cuda_graphs && !(graphs_env != nullptr && std::string(graphs_env) == "0");
@@ -161,38 +171,123 @@ std::unique_ptr<Session> Engine::NewSession() const {
 }
 
 Session::Session(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
-  const ModelConfig& c = engine_->config();
 #ifdef REDWING_HAVE_CUDA
-  if (const CudaModel* cm = engine_->cuda_model()) {
+  const CudaModel* cm = engine_->cuda_model();
+  if (cm != nullptr && !engine_->gpu_dropped()) {
     auto f = CudaForwardPass::Create(*cm, engine_->max_context(), engine_->prefill_chunk());
     if (f.ok()) {
       cuda_ = std::move(*f);
       cuda_->set_use_graphs(engine_->cuda_graphs());
       sliding_capacity_ = cuda_->sliding_capacity();
-    } else {
-      init_ = f.status();
+      return;
     }
-    return;
+    if (f.status().code() != ErrorCode::kDevice || engine_->fault_policy() != "failover-cpu") {
+      init_ = f.status();
+      return;
+    }
+    RW_LOG_WARN("{}; --fault-policy failover-cpu: the GPU is dropped, sessions run on the CPU",
+                f.status().message());
+    engine_->gpu_dropped_.store(true);
   }
 #endif
-  kv_ = std::make_unique<KvCache>(c, engine_->max_context(), engine_->prefill_chunk());
+  BuildCpu();
+}
+
+void Session::BuildCpu() {
+  kv_ = std::make_unique<KvCache>(engine_->config(), engine_->max_context(),
+                                  engine_->prefill_chunk());
   fwd_ = std::make_unique<ForwardPass>(engine_->model(), engine_->prefill_chunk());
   sliding_capacity_ = kv_->sliding_capacity();
 }
 
 uint64_t Session::host_syncs() const {
 #ifdef REDWING_HAVE_CUDA
-  if (cuda_) return cuda_->host_syncs();
+  if (cuda_) return gpu_syncs_ + cuda_->host_syncs();
 #endif
-  return 0;
+  return gpu_syncs_;
+}
+
+bool Session::on_gpu() const {
+#ifdef REDWING_HAVE_CUDA
+  return cuda_ != nullptr;
+#else
+  return false;
+#endif
 }
 
 Status Session::RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits,
                          ForwardStats* st) {
 #ifdef REDWING_HAVE_CUDA
-  if (cuda_) return cuda_->Run(ids, m, position(), rows, logits, st);
+  if (cuda_) {
+    Status s = cuda_->Run(ids, m, position(), rows, logits, st);
+    if (s.code() == ErrorCode::kDevice) return OnGpuFault(s, ids, m, rows, logits, st);
+    return s;
+  }
 #endif
   return fwd_->Run(*kv_, ids, m, position(), rows, logits, engine_->pool(), st);
+}
+
+Status Session::OnGpuFault(const Status& fault, const int* ids, int64_t m, LogitsRows rows,
+                           float* logits, ForwardStats* st) {
+#ifdef REDWING_HAVE_CUDA
+  if (engine_->fault_policy() != "failover-cpu") {
+    // Nothing crashes and nothing more runs: the device's cache may be half written.
+    closed_ =
+        Error(ErrorCode::kDevice,
+              "this session stopped at a CUDA error ({}); with --fault-policy fail-closed "
+              "start a new session, or use --fault-policy failover-cpu to continue on the CPU",
+              fault.message());
+    return Error(fault.code(), "{} (--fault-policy fail-closed: this session is closed)",
+                 fault.message());
+  }
+  const int64_t pos0 = position();
+  const int layer = cuda_->resume_layer();
+  gpu_syncs_ += cuda_->host_syncs();
+  BuildCpu();
+  // What the device still holds: the K/V of every position so far (the failed call's too, for
+  // the layers before `layer`) and the residual entering `layer`.
+  std::vector<float> x;
+  Status read = cuda_->DownloadKv(*kv_, pos0 + m);
+  if (read.ok() && layer >= 0) {
+    x.resize(static_cast<size_t>(m * engine_->config().hidden_size));
+    read = cuda_->DownloadResidual(m, x.data());
+  }
+  cuda_.reset();
+  failed_over_ = true;
+  engine_->gpu_dropped_.store(true);
+  ThreadPool* pool = engine_->pool();
+  if (read.ok()) {
+    RW_LOG_WARN(
+        "{}; --fault-policy failover-cpu: the GPU is dropped and this session continues on the "
+        "CPU from {} of the call at position {}",
+        fault.message(),
+        layer < 0                              ? std::string("the embedding")
+        : layer < engine_->config().num_layers ? fmt::format("layer {}", layer)
+                                               : std::string("the head"),
+        pos0);
+    if (layer >= 0) return fwd_->RunFrom(*kv_, x.data(), layer, m, pos0, rows, logits, pool, st);
+    return fwd_->Run(*kv_, ids, m, pos0, rows, logits, pool, st);
+  }
+  RW_LOG_WARN(
+      "{}; --fault-policy failover-cpu: the GPU is dropped and cannot be read back ({}), so this "
+      "session runs its {} earlier tokens again on the CPU",
+      fault.message(), read.message(), pos0);
+  // The same calls as before, so the cache holds what a session on the CPU all along would.
+  int64_t p = 0;
+  for (const int32_t n : calls_) {
+    Status replay = fwd_->Run(*kv_, &tokens_[static_cast<size_t>(p)], n, p, LogitsRows::kNone,
+                              nullptr, pool, nullptr);
+    if (!replay.ok()) {
+      closed_ = replay.Annotate("this session could not rebuild its cache on the CPU");
+      return closed_;
+    }
+    p += n;
+  }
+  return fwd_->Run(*kv_, ids, m, pos0, rows, logits, pool, st);
+#else
+  (void)ids, (void)m, (void)rows, (void)logits, (void)st;
+  return fault;
+#endif
 }
 
 Status Session::Check(std::span<const int> ids) const {
@@ -213,6 +308,7 @@ Status Session::Check(std::span<const int> ids) const {
 Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_logits,
                                             const std::atomic<bool>* cancel) {
   RW_RETURN_IF_ERROR(init_);
+  RW_RETURN_IF_ERROR(closed_);
   RW_RETURN_IF_ERROR(Check(ids));
   const int64_t n = static_cast<int64_t>(ids.size()), V = engine_->config().vocab_size;
   const int64_t chunk = engine_->prefill_chunk();
@@ -245,6 +341,7 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
       if (!st.ok()) return st;
     }
     tokens_.insert(tokens_.end(), ids.begin() + i, ids.begin() + i + m);
+    calls_.push_back(static_cast<int32_t>(m));
   }
   call.seconds = sw.Seconds();
   call.tokens = n;
@@ -255,12 +352,14 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
 
 Result<std::vector<float>> Session::Decode(int id) {
   RW_RETURN_IF_ERROR(init_);
+  RW_RETURN_IF_ERROR(closed_);
   RW_RETURN_IF_ERROR(Check(std::span<const int>(&id, 1)));
   std::vector<float> logits(engine_->config().vocab_size);
   CallStats call;
   Stopwatch sw;
   RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
   tokens_.push_back(id);
+  calls_.push_back(1);
   call.seconds = sw.Seconds();
   call.tokens = 1;
   last_ = call;
@@ -278,16 +377,32 @@ bool Session::samples_on_device() const {
 
 Result<int> Session::DecodeSampled(int id, uint64_t seed) {
   RW_RETURN_IF_ERROR(init_);
-  if (!samples_on_device())
+  RW_RETURN_IF_ERROR(closed_);
+  if (!samples_on_device() && !failed_over_)
     return Error(ErrorCode::kUnsupported, "drawing tokens on the device needs --backend cuda");
   RW_RETURN_IF_ERROR(Check(std::span<const int>(&id, 1)));
   int next = 0;
   CallStats call;
   Stopwatch sw;
+  // After a failover the CPU's logits and the same draw on the host (SampleUnfiltered).
+  std::vector<float> logits;
 #ifdef REDWING_HAVE_CUDA
-  RW_RETURN_IF_ERROR(cuda_->RunAndSample(id, position(), seed, position() + 1, &next, &call.parts));
+  if (cuda_) {
+    Status s = cuda_->RunAndSample(id, position(), seed, position() + 1, &next, &call.parts);
+    if (s.code() == ErrorCode::kDevice) {
+      logits.resize(static_cast<size_t>(engine_->config().vocab_size));
+      s = OnGpuFault(s, &id, 1, LogitsRows::kLast, logits.data(), &call.parts);
+    }
+    RW_RETURN_IF_ERROR(s);
+  } else
 #endif
+  {
+    logits.resize(static_cast<size_t>(engine_->config().vocab_size));
+    RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
+  }
+  if (!logits.empty()) next = SampleUnfiltered(logits, seed, position() + 1);
   tokens_.push_back(id);
+  calls_.push_back(1);
   call.seconds = sw.Seconds();
   call.tokens = 1;
   last_ = call;
@@ -297,6 +412,7 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed) {
 
 void Session::Reset() {
   tokens_.clear();
+  calls_.clear();
   last_ = prefill_total_ = decode_total_ = CallStats{};
 }
 
@@ -316,6 +432,12 @@ Status Session::Rewind(int64_t pos) {
         "cannot rewind from position {} to {}: the sliding-window cache no longer holds it",
         position(), pos);
   tokens_.resize(static_cast<size_t>(pos));
+  // calls_ keeps summing to position(): the call that pos cuts stays in part.
+  int64_t sum = 0;
+  size_t i = 0;
+  while (i < calls_.size() && sum + calls_[i] <= pos) sum += calls_[i++];
+  calls_.resize(i);
+  if (sum < pos) calls_.push_back(static_cast<int32_t>(pos - sum));
   return Status::Ok();
 }
 

@@ -62,6 +62,10 @@ struct EngineOptions {
   // cuda, mapped: prefill reads missing experts in place instead of copying a chunk's experts
   // into VRAM (REDWING_CUDA_PREFILL_EXPERTS=mapped|copy overrides).
   bool cuda_prefill_in_place = false;
+  // cuda: what a CUDA error in a Prefill/Decode does. "fail-closed": the call returns the error
+  // and the session refuses further work. "failover-cpu": the session finishes the call on the
+  // CPU from the layer that failed and stays on the CPU; later sessions start there.
+  std::string fault_policy = "fail-closed";
 };
 
 class CudaModel;
@@ -88,6 +92,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool cuda_graphs() const { return cuda_graphs_; }
   // How routed experts reach the GPU's kernels: "resident", "mapped" or "copy" ("" on the CPU).
   std::string cuda_expert_path() const;
+  // "fail-closed" or "failover-cpu" (EngineOptions::fault_policy).
+  const std::string& fault_policy() const { return fault_policy_; }
+  // Whether a CUDA error made a session fail over (failover-cpu): sessions created since run on
+  // the CPU. Sessions already on the GPU stay there until they fail themselves.
+  bool gpu_dropped() const { return gpu_dropped_.load(); }
   // Expert store figures (on CUDA: the VRAM expert cache's hits, misses and bytes copied) (hits,
   // bytes read, waits) since load.
   ExpertStoreStats expert_stats() const;
@@ -110,6 +119,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unique_ptr<CudaModel> cuda_model_;
   std::string backend_ = "cpu";
   bool cuda_graphs_ = true;
+  std::string fault_policy_ = "fail-closed";
+  mutable std::atomic<bool> gpu_dropped_{false};  // set by a Session failing over
+  friend class Session;
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   int64_t max_context_ = 0, prefill_chunk_ = 0, prefill_span_ = 0;
@@ -170,6 +182,11 @@ class Session {
   }
   // Times this session's forward pass waited for the GPU (0 on the CPU backend).
   uint64_t host_syncs() const;
+  // Whether this session runs on the GPU (false on the CPU backend and after a failover).
+  bool on_gpu() const;
+  // Whether a CUDA error closed this session (--fault-policy fail-closed): Prefill and Decode
+  // return an error saying so from then on; a new session may use the GPU again.
+  bool closed() const { return !closed_.ok(); }
 
   const CallStats& last_call() const { return last_; }
   const CallStats& prefill_total() const { return prefill_total_; }
@@ -179,6 +196,11 @@ class Session {
  private:
   Status Check(std::span<const int> ids) const;
   Status RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits, ForwardStats* st);
+  void BuildCpu();
+  // The call at position() (ids[0..m)) met a CUDA error: close the session, or finish the call
+  // on the CPU and stay there (the engine's fault policy).
+  Status OnGpuFault(const Status& fault, const int* ids, int64_t m, LogitsRows rows, float* logits,
+                    ForwardStats* st);
 
   std::shared_ptr<const Engine> engine_;
   // One of the two backends: the CPU pass with its KV cache, or the CUDA pass (which holds its
@@ -187,8 +209,14 @@ class Session {
   std::unique_ptr<ForwardPass> fwd_;
   std::unique_ptr<CudaForwardPass> cuda_;
   Status init_;
+  Status closed_;             // fail-closed: why the session refuses work
+  bool failed_over_ = false;  // moved from the GPU to the CPU
+  uint64_t gpu_syncs_ = 0;    // host_syncs() of the GPU pass before a failover
   int64_t sliding_capacity_ = 0;
   std::vector<int> tokens_;
+  // The size of every forward call that made tokens_ (summing to position()), so a failover
+  // that cannot read the GPU back replays the same calls on the CPU.
+  std::vector<int32_t> calls_;
   CallStats last_, prefill_total_, decode_total_;
 };
 

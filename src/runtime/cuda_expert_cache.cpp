@@ -321,7 +321,7 @@ Status CudaExpertCache::Fill(int layer, std::span<const int> experts,
                           cudaMemcpyHostToDevice, copy);
       if (e != cudaSuccess)
         errors[i] =
-            Error(ErrorCode::kInternal, "CUDA error in expert copy: {}", cudaGetErrorString(e));
+            Error(ErrorCode::kDevice, "CUDA error in expert copy: {}", cudaGetErrorString(e));
     };
     if (pool_ != nullptr && n > 1) {
       pool_->ParallelFor(n, 1, [&](size_t b, size_t e, int) {

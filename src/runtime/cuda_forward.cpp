@@ -21,6 +21,17 @@ cudaStream_t S(void* s) {
   return static_cast<cudaStream_t>(s);
 }
 
+// Decode's row kernels fused across op boundaries (the post-attention residual into the
+// feed-forward inputs, a MoE layer's end into the next layer's input norm): one launch fewer
+// each. REDWING_CUDA_FUSE=0 runs them apart, for comparison.
+bool FuseRows() {
+  static const bool on = [] {
+    const char* e = std::getenv("REDWING_CUDA_FUSE");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
+}
+
 }  // namespace
 
 // Launches one op; with REDWING_CUDA_TIMING=1 also marks its end for the per-op GPU times.
@@ -35,6 +46,7 @@ Result<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const CudaModel
                                                                  int64_t max_chunk) {
   auto f = std::unique_ptr<CudaForwardPass>(new CudaForwardPass(model));
   RW_RETURN_IF_ERROR(f->Allocate(max_context, max_chunk));
+  RW_RETURN_IF_ERROR(f->ReadInjectedFault());
   return f;
 }
 
@@ -97,10 +109,10 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   const char* timing = std::getenv("REDWING_CUDA_TIMING");
   timing_ = timing != nullptr && std::string(timing) == "1";
   mapped_ = model_.experts() != nullptr && model_.experts()->mapped();
-  // The experts overlap the dense MLP where they wait on PCIe (mapped); REDWING_CUDA_OVERLAP=1|0
-  // forces it on (resident too) or off.
+  // Decode from a table runs the experts beside the dense MLP (both chains are latency-bound;
+  // resident 183 -> 193 tok/s on the H200); REDWING_CUDA_OVERLAP=0 turns it off.
   const char* overlap = std::getenv("REDWING_CUDA_OVERLAP");
-  overlap_ = overlap != nullptr ? std::string(overlap) == "1" : mapped_;
+  overlap_ = overlap == nullptr || std::string(overlap) != "0";
   const int64_t H = c_.hidden_size, nh = c_.num_heads, E = c_.num_experts, k = c_.top_k;
   const int64_t hd_max = std::max(c_.sliding.head_dim, c_.full.head_dim);
   const int64_t kv_max = std::max(int64_t{c_.sliding.num_kv_heads} * c_.sliding.head_dim,
@@ -183,9 +195,14 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
 int CudaForwardPass::Splits(int li, int64_t m) const {
   // Decode: enough key splits to spread a long context over the GPU, a function of the
   // capacity only so a captured graph stays valid at every position. Prefill: one per query.
+  // 64 keys a split: two tiles of the attention kernel, whose tiles run one after another.
   if (m > 1) return 1;
   const int64_t cap = capacity_[static_cast<size_t>(li)];
-  return static_cast<int>(std::clamp<int64_t>((cap + 255) / 256, 1, 64));
+  static const int64_t keys = [] {  // REDWING_CUDA_SPLIT_KEYS for comparisons
+    const char* e = std::getenv("REDWING_CUDA_SPLIT_KEYS");
+    return e != nullptr ? std::max<int64_t>(32, std::atoll(e)) : int64_t{64};
+  }();
+  return static_cast<int>(std::clamp<int64_t>((cap + keys - 1) / keys, 1, 64));
 }
 
 Status CudaForwardPass::Sync() {
@@ -243,8 +260,8 @@ Status CudaForwardPass::Linear(const cuda::DevMat& w, const float* x, int64_t m,
   return Status::Ok();
 }
 
-Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
-                            ForwardStats* stats) {
+Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
+                                float* logits, ForwardStats* stats) {
   CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
   Stopwatch sw;
   std::memcpy(h_params_, &pos0, 8);
@@ -261,7 +278,7 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
   }
   // One decode step as a graph when nothing in it needs the host (experts resident or mapped).
   const bool graphable = m == 1 && rows == LogitsRows::kLast && use_graphs_ && !graph_failed_ &&
-                         (!c_.enable_moe || model_.decode_table() != nullptr);
+                         fault_layer_ < 0 && (!c_.enable_moe || model_.decode_table() != nullptr);
   if (graphable && graph_exec_ == nullptr) {
     cudaGraph_t graph = nullptr;
     RW_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(S(stream_), cudaStreamCaptureModeThreadLocal),
@@ -281,6 +298,8 @@ Status CudaForwardPass::Run(const int* ids, int64_t m, int64_t pos0, LogitsRows 
       cudaGetLastError();
     }
     if (graph != nullptr) cudaGraphDestroy(graph);
+    layer_ = -1;  // nothing captured has run
+    residual_intact_ = false;
   }
   if (graphable && graph_exec_ != nullptr) {
     marks_ = graph_marks_;  // the events captured in the graph are recorded again
@@ -356,7 +375,11 @@ Status CudaForwardPass::AfterCall(int64_t m) {
 Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
   RW_RETURN_IF_ERROR(Embed(m));
   RW_RETURN_IF_ERROR(RopeTables(m));
-  for (int li = 0; li < c_.num_layers; ++li) RW_RETURN_IF_ERROR(DecoderLayer(li, m));
+  for (int li = 0; li < c_.num_layers; ++li) {
+    RW_RETURN_IF_ERROR(AtLayer(li));
+    RW_RETURN_IF_ERROR(DecoderLayer(li, m));
+  }
+  RW_RETURN_IF_ERROR(AtLayer(c_.num_layers));  // the head reads x_ without changing it
   if (rows == LogitsRows::kAll) return Head(0, m);
   if (rows == LogitsRows::kLast) return Head(m - 1, 1);
   return Status::Ok();
@@ -391,10 +414,18 @@ Status CudaForwardPass::DecoderLayer(int li, int64_t m) {
   RW_RETURN_IF_ERROR(Attention(li, m));
   // The three readers of h (dense MLP, experts, router) normalize it in one pass.
   const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
-  RW_K(cuda::LaunchFfnInputs(x_, m, static_cast<int>(H), L.pre_ff_ln, L.pre_ff_ln2, L.router_scale,
-                             root, eps, a_, c_.enable_moe ? a2_ : nullptr,
-                             c_.enable_moe ? r_ : nullptr, S(stream_)),
-       "feed-forward inputs");
+  if (FuseRows()) {  // with A8 (Attention left it)
+    RW_K(cuda::LaunchResidualFfnInputs(x_, o_, m, static_cast<int>(H), L.post_attn_ln, L.pre_ff_ln,
+                                       L.pre_ff_ln2, L.router_scale, root, eps, a_,
+                                       c_.enable_moe ? a2_ : nullptr, c_.enable_moe ? r_ : nullptr,
+                                       S(stream_)),
+         "post attention and feed-forward inputs");
+  } else {
+    RW_K(cuda::LaunchFfnInputs(x_, m, static_cast<int>(H), L.pre_ff_ln, L.pre_ff_ln2,
+                               L.router_scale, root, eps, a_, c_.enable_moe ? a2_ : nullptr,
+                               c_.enable_moe ? r_ : nullptr, S(stream_)),
+         "feed-forward inputs");
+  }
   if (c_.enable_moe) RW_RETURN_IF_ERROR(Router(li, m));
   // Decode from a table: the experts (which may wait on PCIe) run on a side stream beside the
   // dense MLP; a graph captures the fork and the join.
@@ -433,8 +464,9 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
   const int hd = g.head_dim, nh = c_.num_heads, nkv = g.num_kv_heads;
   const float eps = static_cast<float>(c_.rms_norm_eps);
   cudaStream_t s = S(stream_);
-  // A1.
-  RW_K(cuda::LaunchRmsNormRows(x_, a_, m, static_cast<int>(H), L.input_ln, eps, s), "input norm");
+  // A1 (after a MoE layer, that layer's last kernel wrote it: MoeFinish).
+  if (!FuseRows() || li == 0 || !c_.enable_moe)
+    RW_K(cuda::LaunchRmsNormRows(x_, a_, m, static_cast<int>(H), L.input_ln, eps, s), "input norm");
   // A2–A4: projections; V from v_proj, or (k_eq_v) from the raw K before k_norm.
   if (m == 1) {
     // Decode: the projections in one launch.
@@ -467,9 +499,11 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
                              Splits(li, m), partial_, att_, s),
        "attention");
   RW_RETURN_IF_ERROR(Linear(L.o, att_, m, o_));
-  // A8.
-  RW_K(cuda::LaunchAddRmsNorm(x_, o_, m, static_cast<int>(H), L.post_attn_ln, eps, 1.0f, s),
-       "post attention");
+  residual_intact_ = false;  // x_ stops being this layer's input (see resume_layer)
+  // A8 (fused into DecoderLayer's next kernel unless REDWING_CUDA_FUSE=0).
+  if (!FuseRows())
+    RW_K(cuda::LaunchAddRmsNorm(x_, o_, m, static_cast<int>(H), L.post_attn_ln, eps, 1.0f, s),
+         "post attention");
   return Status::Ok();
 }
 
@@ -520,11 +554,20 @@ Status CudaForwardPass::Experts(int li, int64_t m) {
 Status CudaForwardPass::MoeFinish(int li, int64_t m) {
   const CudaLayer& L = model_.layer(li);
   // F1's RMS_post_ff_1, F3–F5: the sum, RMS_post_ff_2, m1 + m2, RMS_post_ff, the residual and
-  // layer_scalar, in one kernel.
-  RW_K(cuda::LaunchMoeFinish(Idx(li, m), topk_w_, m == 1 ? nullptr : rows_of_, ex_y_, m, c_.top_k,
-                             c_.hidden_size, L.post_ff_ln1, L.post_ff_ln2, m1_, L.post_ff_ln, x_,
-                             static_cast<float>(c_.rms_norm_eps),
-                             model_.host().layer(li).layer_scalar, S(stream_)),
+  // layer_scalar, in one kernel; with the next layer's A1 too.
+  const int* rows = m == 1 ? nullptr : rows_of_;
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const float scalar = model_.host().layer(li).layer_scalar;
+  if (FuseRows() && li + 1 < c_.num_layers) {
+    RW_K(cuda::LaunchMoeFinishNorm(Idx(li, m), topk_w_, rows, ex_y_, m, c_.top_k, c_.hidden_size,
+                                   L.post_ff_ln1, L.post_ff_ln2, m1_, L.post_ff_ln, x_, eps, scalar,
+                                   model_.layer(li + 1).input_ln, a_, S(stream_)),
+         "expert sum, residual and next input norm");
+    return Status::Ok();
+  }
+  RW_K(cuda::LaunchMoeFinish(Idx(li, m), topk_w_, rows, ex_y_, m, c_.top_k, c_.hidden_size,
+                             L.post_ff_ln1, L.post_ff_ln2, m1_, L.post_ff_ln, x_, eps, scalar,
+                             S(stream_)),
        "expert sum and residual");
   return Status::Ok();
 }

@@ -52,9 +52,40 @@ class CudaForwardPass {
   Status RunAndSample(int id, int64_t pos0, uint64_t seed, int64_t sample_position, int* token,
                       ForwardStats* stats);
 
+  // After a Run that failed with a CUDA error (ErrorCode::kDevice, its message naming the layer
+  // and the op), what the device still holds, for finishing the call on the CPU
+  // (runtime/cuda_fault.cpp):
+  // The layer whose input the device residual holds: the failing layer when the error came
+  // before its attention added to the residual, num_layers when the layers had all been queued
+  // (the head reads the residual without changing it); -1 when none (the embedding, a decode
+  // graph, or a layer past that point): the call must be rerun from its tokens.
+  int resume_layer() const { return residual_intact_ ? layer_ : -1; }
+  // Copies the residual (the last call's m rows, [m][hidden]) to the host. An error when the
+  // device cannot be read any more (a sticky error: the context is lost).
+  Status DownloadResidual(int64_t m, float* x);
+  // Copies the K/V of positions [0, end) of every layer into kv (the same capacities and slot
+  // rule; what the failed call wrote for its own positions is rewritten by whoever reruns it).
+  Status DownloadKv(KvCache& kv, int64_t end);
+  // Testing: runs the embedding and layers [0, end_layer) of a call at pos0 (storing their K/V),
+  // waits, and copies the residual entering layer end_layer to x (the reference half of a
+  // failover: the CPU continues from there).
+  Status RunLayers(const int* ids, int64_t m, int64_t pos0, int end_layer, float* x);
+
  private:
   explicit CudaForwardPass(const CudaModel& model) : model_(model), c_(model.config()) {}
   Status Allocate(int64_t max_context, int64_t max_chunk);
+  // Run without the fault bookkeeping (Run wraps it: the injected fault, the layer named).
+  Status RunCall(const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
+                 ForwardStats* stats);
+  // REDWING_CUDA_INJECT_FAULT=<layer>[,<call>[,sticky]] (testing): the call-th Run (from 0)
+  // reports a CUDA error at the start of that layer (num_layers: before the head) without
+  // touching the device; sticky also makes the device unreadable afterwards, as a lost context.
+  Status ReadInjectedFault();
+  // Body is about to queue layer li (num_layers: the head): x_ holds its input (resume_layer);
+  // the injected fault fires here.
+  Status AtLayer(int li);
+  // Waits for the queued work; an error when the device cannot be read back any more.
+  Status Readable();
   float* Floats(int64_t n);
   // Everything a call queues on the stream, from the embedding to the head's logits on the GPU.
   Status Body(int64_t m, LogitsRows rows);
@@ -138,6 +169,14 @@ class CudaForwardPass {
   bool use_graphs_ = true, graph_failed_ = false;
   uint64_t syncs_ = 0, graph_steps_ = 0;
   bool alloc_failed_ = false;
+  // Where the call in flight is (resume_layer()): the layer being queued (-1: before the first,
+  // num_layers: the head) and whether x_ still holds that layer's input.
+  int layer_ = -1;
+  bool residual_intact_ = false;
+  uint64_t calls_ = 0;
+  int inject_layer_ = -1, fault_layer_ = -1;  // fault_layer_: the injected fault of this call
+  uint64_t inject_call_ = 0;
+  bool inject_sticky_ = false, lost_ = false;
   bool timing_ = false;
   std::vector<void*> events_;  // cudaEvent_t
   std::vector<const char*> labels_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "backend/cpu/ops.h"
 #include "base/timer.h"
@@ -112,10 +113,34 @@ Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, Lo
   Embed(ids, m);
   RopeTables(pos0, m);
   st->embed_s += sw.Seconds();
+  return Layers(0, kv, m, pos0, rows, logits, pool, st);
+}
+
+Status ForwardPass::RunFrom(KvCache& kv, const float* x, int first_layer, int64_t m, int64_t pos0,
+                            LogitsRows rows, float* logits, ThreadPool* pool, ForwardStats* stats) {
+  CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
+  CHECK(first_layer >= 0 && first_layer <= c_.num_layers);
+  ForwardStats local;
+  ForwardStats* st = stats != nullptr ? stats : &local;
+  Stopwatch sw;
+  std::copy_n(x, m * c_.hidden_size, x_.begin());
+  chunk_row0_ = 0;
+  RopeTables(pos0, m);
+  st->embed_s += sw.Seconds();
+  // The trace gets a call's tokens when it runs every layer; one that starts later has none.
+  RoutingTrace* trace = std::exchange(trace_, first_layer > 0 ? nullptr : trace_);
+  BeginTrace(m);
+  Status s = Layers(first_layer, kv, m, pos0, rows, logits, pool, st);
+  trace_ = trace;
+  return s;
+}
+
+Status ForwardPass::Layers(int first, KvCache& kv, int64_t m, int64_t pos0, LogitsRows rows,
+                           float* logits, ThreadPool* pool, ForwardStats* st) {
   // A layer fails only when the expert store cannot deliver (a streaming store's read error).
-  for (int li = 0; li < c_.num_layers; ++li)
+  for (int li = first; li < c_.num_layers; ++li)
     RW_RETURN_IF_ERROR(DecoderLayer(li, kv, m, pos0, pool, st));
-  sw.Reset();
+  Stopwatch sw;
   if (rows == LogitsRows::kAll)
     Head(0, m, logits, pool);
   else if (rows == LogitsRows::kLast)

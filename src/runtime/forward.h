@@ -63,12 +63,22 @@ class ForwardPass {
                        float* logits, ThreadPool* pool, ForwardStats* stats,
                        const std::atomic<bool>* cancel);
 
+  // The same call from the middle: x is the residual entering layer first_layer ([m][hidden],
+  // as another backend left it; first_layer == num_layers runs the head alone), kv holds every
+  // earlier layer's K/V of these positions. Runs layers first_layer.. and the head. (The routing
+  // trace skips such a call: its first layers ran elsewhere.)
+  Status RunFrom(KvCache& kv, const float* x, int first_layer, int64_t m, int64_t pos0,
+                 LogitsRows rows, float* logits, ThreadPool* pool, ForwardStats* stats);
+
  private:
   void Embed(const int* ids, int64_t m);
   // cos/sin rows for positions pos0..pos0+m−1, written at table row `row0` (tables grow as needed).
   void RopeTables(int64_t pos0, int64_t m, int64_t row0 = 0);
   // Reserves the routing trace's rows for a call of n tokens.
   void BeginTrace(int64_t n);
+  // Layers first.. and the head over the residual in x_ (Run and RunFrom's common part).
+  Status Layers(int first, KvCache& kv, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
+                ThreadPool* pool, ForwardStats* st);
   Status DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool,
                       ForwardStats* st);
   void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);

@@ -228,8 +228,12 @@ JobResult EngineLoop::RunJob(Job& job) {
   }
   if (!r.ok()) {
     out.status = r.status();
-    // A failed step may leave the cache partly written; start the next request afresh.
-    session_->Reset();
+    // A failed step may leave the cache partly written; start the next request afresh (in a
+    // new session where a CUDA error closed this one: --fault-policy fail-closed).
+    if (session_->closed())
+      session_ = engine_->NewSession();
+    else
+      session_->Reset();
   } else {
     out.gen = std::move(*r);
   }

@@ -228,6 +228,32 @@ TEST(EngineTest, RewindReplaysTheSameLogits) {
   EXPECT_LT(MaxRel(again->data(), &(*all)[25 * V], 5 * V), 1e-5);
 }
 
+TEST(EngineTest, FaultPolicyIsValidated) {
+  EngineOptions o;
+  o.model_dir = TinyModelDir();
+  o.threads = 2;
+  o.max_context = 64;
+  o.fault_policy = "sometimes";
+  auto bad = Engine::Load(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("fail-closed or failover-cpu"), std::string::npos)
+      << bad.status().ToString();
+  o.fault_policy = "failover-cpu";  // there is no GPU to fail over from
+  auto cpu = Engine::Load(o);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("--backend cuda"), std::string::npos)
+      << cpu.status().ToString();
+  o.fault_policy = "fail-closed";  // the default, harmless on the CPU
+  auto ok = Engine::Load(o);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)->fault_policy(), "fail-closed");
+  auto s = (*ok)->NewSession();
+  EXPECT_FALSE(s->on_gpu());
+  EXPECT_FALSE(s->closed());
+  EXPECT_FALSE((*ok)->gpu_dropped());
+}
+
 TEST(EngineTest, GreedyGenerationIsDeterministicAndStops) {
   auto engine = Load();
   auto s = engine->NewSession();
@@ -337,6 +363,28 @@ TEST(CliTest, BadInputFailsClearly) {
   CmdResult lg =
       Sh(std::string(REDWING_BINARY) + " logits --model " + TinyModelDir() + " --ids 2,-4");
   EXPECT_NE(lg.code, 0);
+}
+
+TEST(CliTest, FaultPolicyFlagIsValidated) {
+  const std::string base = std::string(REDWING_BINARY) + " run --model " + TinyModelDir() +
+                           " --max-new 2 --prompt-ids 2,3 --quiet ";
+  CmdResult bad = Sh(base + "--fault-policy sometimes");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--fault-policy must be fail-closed or failover-cpu, not 'sometimes'"),
+            std::string::npos)
+      << bad.out;
+  CmdResult cpu = Sh(base + "--fault-policy failover-cpu");
+  EXPECT_NE(cpu.code, 0);
+  EXPECT_NE(cpu.out.find("--fault-policy failover-cpu applies to --backend cuda"),
+            std::string::npos)
+      << cpu.out;
+  EXPECT_EQ(Sh(base + "--fault-policy fail-closed").code, 0);
+  for (const char* cmd : {"run", "chat", "serve", "bench", "trace"}) {
+    CmdResult help = Sh(std::string(REDWING_BINARY) + " " + cmd + " --help");
+    EXPECT_NE(help.out.find("--fault-policy"), std::string::npos) << cmd << ": " << help.out;
+  }
+  CmdResult help = Sh(std::string(REDWING_BINARY) + " run --help");
+  EXPECT_NE(help.out.find("failover-cpu"), std::string::npos) << help.out;
 }
 
 }  // namespace

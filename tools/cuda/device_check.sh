@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every CUDA test and the CUDA benchmarks on a GPU machine, from binaries built elsewhere
-# and carried in .rwdev/ (bin/: redwing, backend_cuda_test, cuda_parity_test, copy_ceiling;
+# and carried in .rwdev/ (bin/: redwing, backend_cuda_test, cuda_parity_test, cuda_fault_test,
+# copy_ceiling;
 # lib/: the shared libraries they need, see tools/cuda/pack.sh).
 #
 #   tools/cuda/device_check.sh [tests|bench|all] [OUT_DIR]
@@ -24,6 +25,8 @@ if [ ! -e "$src_dir" ]; then
   mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
 fi
 mkdir -p "$build_dir/test_tmp" "$build_dir/bin"
+# Tests that run the CLI find it at the build path (REDWING_BINARY).
+[ -e "$build_dir/bin/redwing" ] || ln -s "$bin/redwing" "$build_dir/bin/redwing"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
 
 model=/tmp/g4
@@ -39,6 +42,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   "$bin/copy_ceiling" 2>&1 | tee "$out/ceiling.txt"
   timeout 240 "$bin/backend_cuda_test" 2>&1 | tee "$out/backend_cuda_test.txt" | grep -E "^\[  |FAIL|Failure|device" | sed -n '1,80p'
   timeout 300 "$bin/cuda_parity_test" 2>&1 | tee "$out/cuda_parity_test.txt" | grep -E "^\[  |FAIL|parity|cuda|Failure" | sed -n '1,80p'
+  timeout 120 "$bin/cuda_fault_test" 2>&1 | tee "$out/cuda_fault_test.txt" | grep -E "^\[  |FAIL|fault|Failure" | sed -n '1,40p'
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then

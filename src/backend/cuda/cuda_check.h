@@ -1,4 +1,4 @@
-// CUDA errors become Status values naming the call that failed.
+// CUDA errors become Status values (ErrorCode::kDevice) naming the call that failed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +9,6 @@
   do {                                                                         \
     const cudaError_t _rw_e = (expr);                                          \
     if (_rw_e != cudaSuccess)                                                  \
-      return ::rw::Error(::rw::ErrorCode::kInternal, "CUDA error in {}: {}",   \
+      return ::rw::Error(::rw::ErrorCode::kDevice, "CUDA error in {}: {}",     \
                          fmt::format(__VA_ARGS__), cudaGetErrorString(_rw_e)); \
   } while (0)
