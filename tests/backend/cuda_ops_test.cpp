@@ -274,6 +274,86 @@ TEST(CudaOps, ExpertKernels) {
   }
 }
 
+// The decode expert kernels at the model's shapes (8 of 128 experts, 704 × 2816, 4-bit g64),
+// which take the register-tiled fast kernels: gate/up three chunks per lane, down one.
+TEST(CudaOps, ExpertKernelsAtModelShapes) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(9);
+  const int n = 8;
+  const int64_t I = 704, H = 2816;
+  Blobs b = MakeBlobs(n, I, H, 4, rng);
+  Dev<uint8_t> blob(b.bytes);
+  std::vector<const uint8_t*> table;
+  for (int e = 0; e < n; ++e) table.push_back(blob.p() + e * b.stride);
+  Dev<const uint8_t*> dtable(table);
+  const std::vector<int> order = {5, 0, 7, 2, 1, 6, 3, 4};
+  Dev<int> didx(order);
+  const std::vector<float> x = Randn(H, rng);
+  Dev<float> dx(x), dh(n * I), dy(n * H);
+  ASSERT_EQ(cuda::LaunchExpertGateUp(b.mats, dtable.p(), didx.p(), n, dx.p(), 0, dh.p(), nullptr),
+            cudaSuccess);
+  const std::vector<float> h = dh.Get();
+  ASSERT_EQ(cuda::LaunchExpertDown(b.mats, dtable.p(), didx.p(), n, dh.p(), dy.p(), nullptr),
+            cudaSuccess);
+  const std::vector<float> y = dy.Get();
+  for (int j = 0; j < n; ++j) {
+    std::vector<float> wg(I), wu(I), wy(H);
+    cpu::ref::MatVec(b.parts[order[j] * 3 + 0].view, x.data(), wg.data());
+    cpu::ref::MatVec(b.parts[order[j] * 3 + 1].view, x.data(), wu.data());
+    cpu::ref::GegluInPlace(wg.data(), wu.data(), I);
+    cpu::ref::MatVec(b.parts[order[j] * 3 + 2].view, &h[j * I], wy.data());
+    EXPECT_LT(RelErr({h.begin() + j * I, h.begin() + (j + 1) * I}, wg), 2e-6) << j;
+    EXPECT_LT(RelErr({y.begin() + j * H, y.begin() + (j + 1) * H}, wy), 2e-6) << j;
+  }
+}
+
+// The fused decode row kernels give exactly what their two separate launches give.
+TEST(CudaOps, FusedRowKernelsMatchTheirParts) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(13);
+  const float eps = 1e-6f;
+  for (int n : {64, 333, 2816}) {
+    SCOPED_TRACE(n);
+    const int64_t m = 3;
+    const int k = 4;
+    const std::vector<float> x = Randn(m * n, rng), o = Randn(m * n, rng), wa = Randn(n, rng),
+                             w1 = Randn(n, rng), w2 = Randn(n, rng), rs = Randn(n, rng);
+    Dev<float> dwa(wa), dw1(w1), dw2(w2), drs(rs), dox(o);
+    // Post-attention residual, then the feed-forward inputs.
+    Dev<float> x1(x), a1(m * n), a21(m * n), r1(m * n), x2(x), a2(m * n), a22(m * n), r2(m * n);
+    ASSERT_EQ(cuda::LaunchAddRmsNorm(x1.p(), dox.p(), m, n, dwa.p(), eps, 1.0f, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::LaunchFfnInputs(x1.p(), m, n, dw1.p(), dw2.p(), drs.p(), 0.0625f, eps, a1.p(),
+                                    a21.p(), r1.p(), nullptr),
+              cudaSuccess);
+    ASSERT_EQ(
+        cuda::LaunchResidualFfnInputs(x2.p(), dox.p(), m, n, dwa.p(), dw1.p(), dw2.p(), drs.p(),
+                                      0.0625f, eps, a2.p(), a22.p(), r2.p(), nullptr),
+        cudaSuccess);
+    EXPECT_EQ(x1.Get(), x2.Get());
+    EXPECT_EQ(a1.Get(), a2.Get());
+    EXPECT_EQ(a21.Get(), a22.Get());
+    EXPECT_EQ(r1.Get(), r2.Get());
+    // The end of a MoE layer, then the next layer's input norm.
+    const std::vector<int> idx = {3, 0, 2, 1, 7, 5, 6, 4, 9, 8, 11, 10};
+    const std::vector<float> wts = Randn(m * k, rng), y = Randn(m * k * n, rng),
+                             m1 = Randn(m * n, rng);
+    Dev<int> di(idx);
+    Dev<float> dwts(wts), dy(y), m1a(m1), m1b(m1), xa(x), xb(x), na(m * n), nb(m * n);
+    ASSERT_EQ(cuda::LaunchMoeFinish(di.p(), dwts.p(), nullptr, dy.p(), m, k, n, drs.p(), dw2.p(),
+                                    m1a.p(), dw1.p(), xa.p(), eps, 0.5f, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::LaunchRmsNormRows(xa.p(), na.p(), m, n, dwa.p(), eps, nullptr), cudaSuccess);
+    ASSERT_EQ(
+        cuda::LaunchMoeFinishNorm(di.p(), dwts.p(), nullptr, dy.p(), m, k, n, drs.p(), dw2.p(),
+                                  m1b.p(), dw1.p(), xb.p(), eps, 0.5f, dwa.p(), nb.p(), nullptr),
+        cudaSuccess);
+    EXPECT_EQ(m1a.Get(), m1b.Get());
+    EXPECT_EQ(xa.Get(), xb.Get());
+    EXPECT_EQ(na.Get(), nb.Get());
+  }
+}
+
 TEST(CudaOps, NormsAndElementwise) {
   REQUIRE_CUDA();
   std::mt19937 rng(3);

@@ -77,6 +77,11 @@ cudaError_t LaunchRouterInput(const float* x, float* r, int64_t rows, int n, con
 cudaError_t LaunchFfnInputs(const float* x, int64_t rows, int n, const float* pre_ff,
                             const float* pre_ff2, const float* router_scale, float root, float eps,
                             float* a, float* a2, float* r, cudaStream_t s);
+// LaunchAddRmsNorm(x, o, post_attn, scalar 1) then LaunchFfnInputs on the new x, in one launch.
+cudaError_t LaunchResidualFfnInputs(float* x, const float* o, int64_t rows, int n,
+                                    const float* post_attn, const float* pre_ff,
+                                    const float* pre_ff2, const float* router_scale, float root,
+                                    float eps, float* a, float* a2, float* r, cudaStream_t s);
 // gate = gelu_tanh(gate) · up.
 cudaError_t LaunchGeglu(float* gate, const float* up, int64_t n, cudaStream_t s);
 // x = cap · tanh(x / cap).
@@ -139,6 +144,12 @@ cudaError_t LaunchMoeFinish(const int* idx, const float* w, const int* rows, con
                             int64_t m, int k, int n, const float* post_ff1, const float* post_ff2,
                             float* m1, const float* post_ff, float* x, float eps, float scalar,
                             cudaStream_t s);
+// LaunchMoeFinish, then next_out = RmsNorm(x)·next_norm (the next layer's input norm).
+cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows, const float* y,
+                                int64_t m, int k, int n, const float* post_ff1,
+                                const float* post_ff2, float* m1, const float* post_ff, float* x,
+                                float eps, float scalar, const float* next_norm, float* next_out,
+                                cudaStream_t s);
 
 // ---- Sampling ---------------------------------------------------------------------------------
 

@@ -32,6 +32,13 @@ __global__ void AttendSplitKernel(const float* q, int n_heads, const float* kc, 
   const int64_t begin = lo + sp * chunk;
   const int64_t end = begin + chunk < p + 1 ? begin + chunk : p + 1;
   float* part = partial + ((t * n_heads + h) * splits + sp) * (hd + 2);
+  if (begin >= end) {  // past the keys (decode's split count is fixed for the graph): no loads
+    if (threadIdx.x == 0) {
+      part[hd] = -INFINITY;
+      part[hd + 1] = 0.0f;
+    }
+    return;
+  }
 
   const int kvh = h / (n_heads / n_kv);
   const float* qh = q + (t * n_heads + h) * hd;
@@ -125,6 +132,13 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
   const int64_t begin = lo + sp * chunk;
   const int64_t end = begin + chunk < p + 1 ? begin + chunk : p + 1;
   float* part = partial + ((t * n_heads + h) * splits + sp) * (hd + 2);
+  if (begin >= end) {  // past the keys (decode's split count is fixed for the graph): no loads
+    if (threadIdx.x == 0) {
+      part[hd] = -INFINITY;
+      part[hd + 1] = 0.0f;
+    }
+    return;
+  }
   const int kvh = h / (n_heads / n_kv);
   const int per = hd / 128;  // float4s per lane per key row
   const int cols4 = hd / 4, groups = kThreads / cols4;
@@ -229,25 +243,36 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
   }
 }
 
-// out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M) over the splits of one (query, head).
+// out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M) over the splits of one (query, head), a
+// block per (query·head, 128 dims): the e^(m_s − M) once per split in shared memory, then one
+// dim per thread with the splits' loads unrolled (decode uses up to 64 splits). Splits that saw
+// no key (m_s = −inf) are skipped; their acc is not read.
+constexpr int kMergeThreads = 128;
+
 __global__ void MergeSplitsKernel(const float* partial, int hd, int splits, float* out) {
+  extern __shared__ float e[];    // [splits]: e^(m_s − M), −1 for a skipped split
   const int64_t qh = blockIdx.x;  // t·n_heads + h
   const float* base = partial + qh * splits * (hd + 2);
+  const int stride = hd + 2;
   float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, base[s * (hd + 2) + hd]);
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, base[s * stride + hd]);
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+    const float ms = base[s * stride + hd];
+    e[s] = ms != -INFINITY ? expf(ms - mx) : -1.0f;
+  }
+  __syncthreads();
   float l = 0.0f;
-  for (int s = 0; s < splits; ++s) {
-    const float ms = base[s * (hd + 2) + hd];
-    if (ms != -INFINITY) l += base[s * (hd + 2) + hd + 1] * expf(ms - mx);
-  }
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float ms = base[s * (hd + 2) + hd];
-      if (ms != -INFINITY) a += base[s * (hd + 2) + d] * expf(ms - mx);
-    }
-    out[qh * hd + d] = a / l;
-  }
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s)
+    if (e[s] >= 0.0f) l += base[s * stride + hd + 1] * e[s];
+  const int d = blockIdx.y * blockDim.x + threadIdx.x;
+  if (d >= hd) return;
+  float a = 0.0f;
+#pragma unroll 8
+  for (int s = 0; s < splits; ++s)
+    if (e[s] >= 0.0f) a += base[s * stride + d] * e[s];
+  out[qh * hd + d] = a / l;
 }
 
 }  // namespace
@@ -271,8 +296,9 @@ cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float*
   else
     AttendSplitKernel<<<grid, kThreads, 0, s>>>(q, n_heads, k_cache, v_cache, n_kv, head_dim,
                                                 capacity, pos0, window, scale, splits, partial);
-  MergeSplitsKernel<<<static_cast<unsigned>(m * n_heads), kThreads, 0, s>>>(partial, head_dim,
-                                                                            splits, out);
+  const dim3 merge(static_cast<unsigned>(m * n_heads), Blocks(head_dim, kMergeThreads), 1);
+  MergeSplitsKernel<<<merge, kMergeThreads, static_cast<size_t>(splits) * 4, s>>>(partial, head_dim,
+                                                                                  splits, out);
   return cudaGetLastError();
 }
 

@@ -336,11 +336,36 @@ __global__ void FfnInputsKernel(const float* x, int n, const float* pre_ff, cons
   }
 }
 
+// The post-attention residual (x += RmsNorm(o)·post_attn, as AddRmsNormKernel with scalar 1)
+// and then FfnInputsKernel's three copies of the new x, in one launch: decode's row kernels
+// are latency-bound, and a launch costs more than the reductions.
+__global__ void ResidualFfnInputsKernel(float* x, const float* o, int n, const float* post_attn,
+                                        const float* pre_ff, const float* pre_ff2,
+                                        const float* router_scale, float root, float eps, float* a,
+                                        float* a2, float* r) {
+  __shared__ double smem[32];
+  const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
+  float* xr = x + off;
+  const float* orow = o + off;
+  const float ro = RowInvRms(orow, n, eps, smem);
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    xr[i] = (xr[i] + orow[i] * ro * post_attn[i]) * 1.0f;
+  __syncthreads();  // the block's writes of x are visible to its threads after the barrier
+  const float inv = RowInvRms(xr, n, eps, smem);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i];
+    a[off + i] = v * inv * pre_ff[i];
+    if (a2 != nullptr) a2[off + i] = v * inv * pre_ff2[i];
+    if (r != nullptr) r[off + i] = v * inv * 1.0f * router_scale[i] * root;
+  }
+}
+
 // Per token: moe = Σ_j w_j·y_j (ascending expert order); m2 = RmsNorm(moe)·post2;
 // m1 += m2; x = (x + RmsNorm(m1)·post)·scalar. Dynamic shared memory: n floats.
 __global__ void MoeFinishKernel(const int* idx, const float* w, const int* rows, const float* y,
                                 int k, int n, const float* post1, const float* post2, float* m1,
-                                const float* post, float* x, float eps, float scalar) {
+                                const float* post, float* x, float eps, float scalar,
+                                const float* next_w, float* next_out) {
   extern __shared__ float moe[];
   __shared__ double smem[32];
   const int64_t t = blockIdx.x;
@@ -376,6 +401,12 @@ __global__ void MoeFinishKernel(const int* idx, const float* w, const int* rows,
   float* xr = x + t * n;
   for (int c = threadIdx.x; c < n; c += blockDim.x)
     xr[c] = (xr[c] + m1r[c] * inv * post[c]) * scalar;
+  if (next_w == nullptr) return;
+  // The next layer's input norm (RmsNormKernel's arithmetic) on the new x.
+  __syncthreads();
+  const float rn = RowInvRms(xr, n, eps, smem);
+  float* out = next_out + t * n;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) out[c] = xr[c] * rn * next_w[c];
 }
 
 unsigned Grid(int64_t n) {
@@ -522,7 +553,30 @@ cudaError_t LaunchMoeFinish(const int* idx, const float* w, const int* rows, con
   if (m <= 0) return cudaSuccess;
   if (k > 32 || n > 12 * 1024) return cudaErrorInvalidValue;  // the row lives in shared memory
   MoeFinishKernel<<<static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4, s>>>(
-      idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar);
+      idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, nullptr, nullptr);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows, const float* y,
+                                int64_t m, int k, int n, const float* post_ff1,
+                                const float* post_ff2, float* m1, const float* post_ff, float* x,
+                                float eps, float scalar, const float* next_norm, float* next_out,
+                                cudaStream_t s) {
+  if (m <= 0) return cudaSuccess;
+  if (k > 32 || n > 12 * 1024 || next_norm == nullptr || next_out == nullptr)
+    return cudaErrorInvalidValue;
+  MoeFinishKernel<<<static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4, s>>>(
+      idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, next_norm, next_out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchResidualFfnInputs(float* x, const float* o, int64_t rows, int n,
+                                    const float* post_attn, const float* pre_ff,
+                                    const float* pre_ff2, const float* router_scale, float root,
+                                    float eps, float* a, float* a2, float* r, cudaStream_t s) {
+  if (rows <= 0) return cudaSuccess;
+  ResidualFfnInputsKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+      x, o, n, post_attn, pre_ff, pre_ff2, router_scale, root, eps, a, a2, r);
   return cudaGetLastError();
 }
 
