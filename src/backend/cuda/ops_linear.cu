@@ -1,6 +1,7 @@
 // Linear layers on the GPU for every weight format (f32, bf16, MLX affine 4/8-bit):
 //   matvec (decode): one warp per output row, lanes walk the packed words together and
-//     dequantize in registers;
+//     dequantize in registers; affine 4/8-bit rows take kernels specialized by width that load
+//     each warp's rows into registers before staging x (the "fast" kernels below);
 //   matmul (prefill): each K step dequantizes a 64×32 weight tile into shared memory (never the
 //     whole matrix) and reuses it for all rows of the X tile; on sm_80+ the tile product runs on
 //     tensor cores as 3xTF32 (fp32 accuracy), else (or with REDWING_CUDA_MATMUL=simt) as fp32
@@ -10,6 +11,7 @@
 // does not depend on which other experts share the launch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -253,6 +255,274 @@ __global__ void GateUpGegluKernel(DevMat gate, DevMat up, const float* x, float*
   GateUpRows(gate, up, xs, padded, h);
 }
 
+// ---- Decode fast path: affine rows held in registers ----------------------------------------
+// The generic kernels above need 96–168 registers (every format inlined), so an SM holds one or
+// two blocks and each warp has one row's loads in flight. These are specialized by bit width and
+// by kU (16-byte chunks per lane per row), and each warp issues the loads of all its kRW rows
+// before the block stages x and waits at the barrier, so the DRAM round trip overlaps the
+// staging. The sums run in the generic kernels' order (lane's chunks ascending, then the warp
+// sum), so the results are bit-identical to theirs.
+
+template <int kU>
+struct Tile {
+  uint4 q[kU];
+  float s[kU], b[kU];
+};
+
+template <int kBits, int kU>
+__device__ __forceinline__ void LoadTile(const DevMat& w, int64_t row, int lane, Tile<kU>& t) {
+  constexpr int kPer = 32 / kBits;
+  const int n4 = static_cast<int>(w.cols) / (4 * kPer);
+  const int gpr = static_cast<int>(w.cols) / w.group;
+  const int cpg = w.group / (4 * kPer);  // chunks per group
+  const uint4* w4 = static_cast<const uint4*>(w.data) + row * n4;
+  const uint16_t* sr = w.scales + row * gpr;
+  const uint16_t* br = w.biases + row * gpr;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int i = lane + 32 * u;
+    if (i < n4) {
+      t.q[u] = __ldg(w4 + i);
+      t.s[u] = Bf16Bits(__ldg(sr + i / cpg));
+      t.b[u] = Bf16Bits(__ldg(br + i / cpg));
+    }
+  }
+}
+
+template <int kBits, int kU>
+__device__ __forceinline__ float TileDot(const Tile<kU>& t, const float* xs, int cols, int lane) {
+  constexpr int kPer = 32 / kBits;
+  constexpr uint32_t kMask = (1u << kBits) - 1u;
+  const int n4 = cols / (4 * kPer);
+  float acc = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int i = lane + 32 * u;
+    if (i < n4) {
+      const uint32_t words[4] = {t.q[u].x, t.q[u].y, t.q[u].z, t.q[u].w};
+      const float4* xv = reinterpret_cast<const float4*>(xs + Padded(i * 4 * kPer));
+#pragma unroll
+      for (int wd = 0; wd < 4; ++wd) {
+#pragma unroll
+        for (int v = 0; v < kPer / 4; ++v) {
+          const float4 xx = xv[wd * (kPer / 4) + v];
+          const float x4[4] = {xx.x, xx.y, xx.z, xx.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            acc =
+                fmaf(fmaf(t.s[u], Code(words[wd], (v * 4 + j) * kBits, kMask), t.b[u]), x4[j], acc);
+        }
+      }
+    }
+  }
+  return WarpAllSum(acc);
+}
+
+// x[0..k) (k % 4 == 0, 16-byte aligned) into shared memory in the padded layout, four float4
+// loads per thread in flight.
+__device__ __forceinline__ void StageX4(const float* x, int k, float* smem) {
+  const int n = k / 4;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  for (int i0 = threadIdx.x; i0 < n; i0 += 4 * blockDim.x) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i0 + u * static_cast<int>(blockDim.x) < n) v[u] = __ldg(x4 + i0 + u * blockDim.x);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * static_cast<int>(blockDim.x);
+      if (i < n) *reinterpret_cast<float4*>(smem + Padded(4 * i)) = v[u];
+    }
+  }
+  __syncthreads();
+}
+
+// Rows of one matrix per blockIdx.y: with blobs, expert slot j's down (b.w[0] resolved against
+// its blob, input x + j·cols, output b.y[0] + j·rows); else matrix j of b (shared input x).
+// A block covers kWarps·kRW rows per turn and strides over the rest (the LM head: staging x once
+// per block rather than once per 16 rows).
+// Blocks per SM the compiler must allow: short rows (expert down) fit four in 64 registers.
+constexpr int MinBlocksFor(int ku) {
+  return ku == 1 ? 4 : 1;
+}
+
+template <int kBits, int kU, int kRW>
+__global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
+    FastRowsKernel(MatVecBatch b, const float* x, const uint8_t* const* blobs, const int* idx) {
+  extern __shared__ __align__(16) float smem[];
+  const int j = blockIdx.y;
+  DevMat w;
+  const float* xj = x;
+  float* yj;
+  if (blobs != nullptr) {
+    w = Resolve(b.w[0], SlotBlob(blobs, idx, j));
+    xj = x + j * w.cols;
+    yj = b.y[0] + j * w.rows;
+  } else {
+    w = j == 0 ? b.w[0] : j == 1 ? b.w[1] : b.w[2];
+    yj = j == 0 ? b.y[0] : j == 1 ? b.y[1] : b.y[2];
+  }
+  constexpr int kRows = kWarps * kRW;
+  const int64_t turns = (w.rows + kRows - 1) / kRows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cols = static_cast<int>(w.cols);
+  bool staged = false;
+  for (int64_t g = blockIdx.x; g < turns; g += gridDim.x) {
+    Tile<kU> t[kRW];
+#pragma unroll
+    for (int r = 0; r < kRW; ++r) {
+      const int64_t row = g * kRows + r * kWarps + warp;
+      if (row < w.rows) LoadTile<kBits, kU>(w, row, lane, t[r]);
+    }
+    if (!staged) {  // the same for every thread of the block
+      StageX4(xj, cols, smem);
+      staged = true;
+    }
+#pragma unroll
+    for (int r = 0; r < kRW; ++r) {
+      const int64_t row = g * kRows + r * kWarps + warp;
+      if (row >= w.rows) break;
+      const float acc = TileDot<kBits, kU>(t[r], smem, cols, lane);
+      if (lane == 0) yj[row] = acc;
+    }
+  }
+}
+
+// h = gelu_tanh(gate·x) ⊙ (up·x) per blockIdx.y (an expert slot when blobs is given: input
+// x + j·x_stride, output h + j·rows): warps 0–3 compute gate rows, warps 4–7 the same up rows.
+template <int kBits, int kU, int kRW>
+__global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
+    FastGateUpKernel(DevMat gate, DevMat up, const uint8_t* const* blobs, const int* idx,
+                     const float* x, int64_t x_stride, float* h) {
+  extern __shared__ __align__(16) float smem[];
+  constexpr int kRows = kGluRows * kRW;
+  __shared__ float gu[2][kRows];
+  const int j = blockIdx.y;
+  if (blobs != nullptr) {
+    const uint8_t* blob = SlotBlob(blobs, idx, j);
+    gate = Resolve(gate, blob);
+    up = Resolve(up, blob);
+    x += j * x_stride;
+    h += j * gate.rows;
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int which = warp / kGluRows, wr = warp % kGluRows, cols = static_cast<int>(gate.cols);
+  const DevMat& w = which == 0 ? gate : up;
+  const int64_t turns = (gate.rows + kRows - 1) / kRows;
+  bool staged = false;
+  for (int64_t g = blockIdx.x; g < turns; g += gridDim.x) {
+    Tile<kU> t[kRW];
+#pragma unroll
+    for (int r = 0; r < kRW; ++r) {
+      const int64_t row = g * kRows + r * kGluRows + wr;
+      if (row < gate.rows) LoadTile<kBits, kU>(w, row, lane, t[r]);
+    }
+    if (!staged) {
+      StageX4(x, cols, smem);
+      staged = true;
+    }
+#pragma unroll
+    for (int r = 0; r < kRW; ++r) {
+      const int64_t row = g * kRows + r * kGluRows + wr;
+      if (row >= gate.rows) break;
+      const float v = TileDot<kBits, kU>(t[r], smem, cols, lane);
+      if (lane == 0) gu[which][r * kGluRows + wr] = v;
+    }
+    __syncthreads();
+    const int64_t row = g * kRows + threadIdx.x;
+    if (threadIdx.x < kRows && row < gate.rows)
+      h[row] = GeluTanh(gu[0][threadIdx.x]) * gu[1][threadIdx.x];
+    __syncthreads();  // gu is rewritten in the next turn
+  }
+}
+
+constexpr int kFastU[6] = {1, 2, 3, 4, 6, 8};  // the kU values instantiated
+
+// Which fast kernel a launch takes: 0 when the generic one must run (REDWING_CUDA_MATVEC=generic
+// forces that, for comparison).
+struct FastShape {
+  int bits = 0, ku = 0;
+};
+
+bool FastAllowed() {
+  static const bool on = [] {
+    const char* e = std::getenv("REDWING_CUDA_MATVEC");
+    return e == nullptr || std::strcmp(e, "generic") != 0;
+  }();
+  return on;
+}
+
+// data_addr: the matrix's data address (dense) or offset in its blob (experts, whose blobs are
+// 4 KiB-aligned in the file and 256-byte aligned in VRAM slots).
+FastShape FastFor(const DevMat& w, const float* x) {
+  FastShape f;
+  if (!FastAllowed() || w.type != DevMat::kAffine || (w.bits != 4 && w.bits != 8)) return f;
+  const int64_t chunk = 128 / w.bits;  // elements per 16 bytes of codes
+  if (w.cols % chunk != 0 || w.group % chunk != 0 || w.cols > kMaxStaged) return f;
+  if (((reinterpret_cast<uintptr_t>(w.data) | reinterpret_cast<uintptr_t>(x)) & 15u) != 0) return f;
+  const int64_t per_lane = (w.cols / chunk + 31) / 32;
+  for (int ku : kFastU)
+    if (per_lane <= ku) {
+      f.bits = w.bits;
+      f.ku = ku;
+      return f;
+    }
+  return f;
+}
+
+// Blocks per launch at most: as many as the GPU holds at once (beyond that, blocks stride over
+// the rows rather than wait for a second wave, and stage x once each).
+template <typename Kernel>
+unsigned FastGridCap(Kernel kernel, int64_t cols) {
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps,
+                                                static_cast<size_t>(StagedBytes(cols)));
+  return static_cast<unsigned>(std::max(sms, 1) * std::max(per_sm, 1));
+}
+
+// Rows per warp: as many as keep ≤ 8 chunks per lane in flight.
+constexpr int RwFor(int ku) {
+  return ku <= 2 ? 4 : ku <= 4 ? 2 : 1;
+}
+
+template <int kBits, int kU>
+cudaError_t LaunchFastT(bool gateup, const MatVecBatch& b, const DevMat& gate, const DevMat& up,
+                        int64_t rows, int64_t cols, unsigned slots, const uint8_t* const* blobs,
+                        const int* idx, const float* x, int64_t x_stride, float* h,
+                        cudaStream_t s) {
+  constexpr int kRW = RwFor(kU);
+  const size_t smem = static_cast<size_t>(StagedBytes(cols));
+  const int per_block = (gateup ? kGluRows : kWarps) * kRW;
+  unsigned blocks = Blocks(rows, per_block);
+  if (blocks > 1024)  // the LM head's 262,144 rows
+    blocks = std::min(blocks, gateup ? FastGridCap(FastGateUpKernel<kBits, kU, kRW>, cols)
+                                     : FastGridCap(FastRowsKernel<kBits, kU, kRW>, cols));
+  const dim3 grid(blocks, slots, 1);
+  if (gateup)
+    FastGateUpKernel<kBits, kU, kRW>
+        <<<grid, 32 * kWarps, smem, s>>>(gate, up, blobs, idx, x, x_stride, h);
+  else
+    FastRowsKernel<kBits, kU, kRW><<<grid, 32 * kWarps, smem, s>>>(b, x, blobs, idx);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFast(FastShape f, bool gateup, const MatVecBatch& b, const DevMat& gate,
+                       const DevMat& up, int64_t rows, int64_t cols, unsigned slots,
+                       const uint8_t* const* blobs, const int* idx, const float* x,
+                       int64_t x_stride, float* h, cudaStream_t s) {
+  using Fn = decltype(&LaunchFastT<4, 1>);
+  static constexpr Fn kFns[2][6] = {{LaunchFastT<4, 1>, LaunchFastT<4, 2>, LaunchFastT<4, 3>,
+                                     LaunchFastT<4, 4>, LaunchFastT<4, 6>, LaunchFastT<4, 8>},
+                                    {LaunchFastT<8, 1>, LaunchFastT<8, 2>, LaunchFastT<8, 3>,
+                                     LaunchFastT<8, 4>, LaunchFastT<8, 6>, LaunchFastT<8, 8>}};
+  for (int i = 0; i < 6; ++i)
+    if (kFastU[i] == f.ku)
+      return kFns[f.bits == 8][i](gateup, b, gate, up, rows, cols, slots, blobs, idx, x, x_stride,
+                                  h, s);
+  return cudaErrorInvalidValue;
+}
+
 constexpr int kBM = 32, kBN = 64, kBK = 32, kMmThreads = 256;
 
 // Y[row0 + r][n] = Σ_k X[src(r)][k]·W[n][k] for r < rows of this group (see LaunchExpertMatMul).
@@ -460,6 +730,11 @@ bool UseTensorCores() {
   return on;
 }
 
+bool SameShape(const DevMat& a, const DevMat& b) {
+  return a.type == b.type && a.bits == b.bits && a.group == b.group && a.rows == b.rows &&
+         a.cols == b.cols;
+}
+
 bool Aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
@@ -477,6 +752,12 @@ cudaError_t LaunchMatVec(const DevMat& w, const float* x, float* y, cudaStream_t
   if (w.rows <= 0 || w.cols <= 0) return cudaSuccess;
   if (cudaError_t e = CheckMat(w); e != cudaSuccess) return e;
   if (w.type == DevMat::kAffine && !Aligned16(x)) return cudaErrorMisalignedAddress;
+  if (const FastShape f = FastFor(w, x); f.ku != 0) {
+    MatVecBatch b{};
+    b.w[0] = w;
+    b.y[0] = y;
+    return LaunchFast(f, false, b, w, w, w.rows, w.cols, 1, nullptr, nullptr, x, 0, nullptr, s);
+  }
   MatVecKernel<<<Blocks(w.rows, kBlockRows), 32 * kWarps, StagedBytes(w.cols), s>>>(w, x, y);
   return cudaGetLastError();
 }
@@ -496,6 +777,15 @@ cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const flo
   if (rows <= 0) return cudaSuccess;
   int64_t cols = 0;
   for (int i = 0; i < n; ++i) cols = w[i].cols > cols ? w[i].cols : cols;
+  // The fast kernel when every matrix takes the same one (q/k/v share their shape's width).
+  FastShape f = FastFor(w[0], x);
+  for (int i = 1; i < n && f.ku != 0; ++i) {
+    const FastShape fi = FastFor(w[i], x);
+    if (fi.bits != f.bits || fi.ku != f.ku || w[i].cols != w[0].cols) f = FastShape{};
+  }
+  if (f.ku != 0)
+    return LaunchFast(f, false, b, w[0], w[0], rows, cols, static_cast<unsigned>(n), nullptr,
+                      nullptr, x, 0, nullptr, s);
   MatVecMultiKernel<<<dim3(Blocks(rows, kBlockRows), static_cast<unsigned>(n)), 32 * kWarps,
                       StagedBytes(cols), s>>>(b, x);
   return cudaGetLastError();
@@ -520,6 +810,9 @@ cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float*
   if (CheckMat(gate) != cudaSuccess || CheckMat(up) != cudaSuccess || gate.rows != up.rows)
     return cudaErrorInvalidValue;
   if (gate.type == DevMat::kAffine && !Aligned16(x)) return cudaErrorMisalignedAddress;
+  if (const FastShape f = FastFor(gate, x); f.ku != 0 && SameShape(gate, up))
+    return LaunchFast(f, true, MatVecBatch{}, gate, up, gate.rows, gate.cols, 1, nullptr, nullptr,
+                      x, 0, h, s);
   GateUpGegluKernel<<<Blocks(gate.rows, kGluRows), 32 * kWarps, StagedBytes(gate.cols), s>>>(
       gate, up, x, h);
   return cudaGetLastError();
@@ -532,6 +825,9 @@ cudaError_t LaunchExpertGateUp(const ExpertMats& e, const uint8_t* const* blobs,
     return cudaErrorInvalidValue;
   if (e.gate.type == DevMat::kAffine && (!Aligned16(x) || x_stride % 4 != 0))
     return cudaErrorMisalignedAddress;
+  if (const FastShape f = FastFor(e.gate, x); f.ku != 0 && SameShape(e.gate, e.up))
+    return LaunchFast(f, true, MatVecBatch{}, e.gate, e.up, e.gate.rows, e.gate.cols,
+                      static_cast<unsigned>(n), blobs, idx, x, x_stride, h, s);
   const dim3 grid(Blocks(e.gate.rows, kGluRows), static_cast<unsigned>(n), 1);
   ExpertGateUpKernel<<<grid, 32 * kWarps, StagedBytes(e.gate.cols), s>>>(e, blobs, idx, x, x_stride,
                                                                          h);
@@ -544,6 +840,13 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
   if (CheckMat(e.down) != cudaSuccess) return cudaErrorInvalidValue;
   if (e.down.type == DevMat::kAffine && (!Aligned16(h) || e.down.cols % 4 != 0))
     return cudaErrorMisalignedAddress;
+  if (const FastShape f = FastFor(e.down, h); f.ku != 0) {
+    MatVecBatch b{};
+    b.w[0] = e.down;
+    b.y[0] = y;
+    return LaunchFast(f, false, b, e.down, e.down, e.down.rows, e.down.cols,
+                      static_cast<unsigned>(n), blobs, idx, h, 0, nullptr, s);
+  }
   const dim3 grid(Blocks(e.down.rows, kBlockRows), static_cast<unsigned>(n), 1);
   ExpertDownKernel<<<grid, 32 * kWarps, StagedBytes(e.down.cols), s>>>(e, blobs, idx, h, y);
   return cudaGetLastError();
