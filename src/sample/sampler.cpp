@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <unordered_set>
 
@@ -48,42 +49,52 @@ double GumbelNoise(uint64_t seed, int64_t position, int32_t token) {
 std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logits,
                                                     std::span<const int32_t> context) {
   const int32_t n = static_cast<int32_t>(logits.size());
-  scratch_.assign(logits.begin(), logits.end());
+  const float* z = logits.data();
   if (p_.repetition_penalty != 1.0f) {
     // As transformers' RepetitionPenaltyLogitsProcessor: divide positive logits, multiply negative.
+    scratch_.assign(logits.begin(), logits.end());
     std::unordered_set<int32_t> seen(context.begin(), context.end());
     for (int32_t id : seen) {
       if (id < 0 || id >= n) continue;
-      float& z = scratch_[id];
-      z = z > 0 ? z / p_.repetition_penalty : z * p_.repetition_penalty;
+      float& v = scratch_[id];
+      v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
     }
+    z = scratch_.data();
   }
   const double t = p_.greedy() ? 1.0 : p_.temperature;
+  // With top-k, only the k largest logits and the ties of the k-th can survive (transformers'
+  // TopK keeps every logit >= the k-th): find the k-th value in one pass with a k-entry min-heap
+  // and keep what reaches it, instead of building and sorting 262,144 candidates. Dividing by
+  // t > 0 in double keeps the float order and its ties, so this is the same set.
+  float floor = -std::numeric_limits<float>::infinity();
+  if (p_.top_k > 0) {
+    const size_t k = static_cast<size_t>(p_.top_k);
+    heap_.clear();
+    for (int32_t i = 0; i < n; ++i) {
+      const float v = z[i];
+      if (std::isnan(v)) continue;
+      if (heap_.size() < k) {
+        heap_.push_back(v);
+        std::push_heap(heap_.begin(), heap_.end(), std::greater<float>());
+      } else if (v > heap_.front()) {
+        std::pop_heap(heap_.begin(), heap_.end(), std::greater<float>());
+        heap_.back() = v;
+        std::push_heap(heap_.begin(), heap_.end(), std::greater<float>());
+      }
+    }
+    if (heap_.size() == k) floor = heap_.front();
+  }
   std::vector<Candidate> c;
-  c.reserve(n);
+  c.reserve(p_.top_k > 0 ? std::min<size_t>(static_cast<size_t>(n), 2 * heap_.size())
+                         : static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
-    if (std::isnan(scratch_[i])) continue;
-    c.push_back({i, scratch_[i] / t, 0.0});
+    if (std::isnan(z[i]) || z[i] < floor) continue;
+    c.push_back({i, z[i] / t, 0.0});
   }
   // Descending logit; ties by ascending id so the order is fully determined.
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
-  if (p_.top_k > 0 && p_.top_k < static_cast<int>(c.size())) {
-    std::partial_sort(c.begin(), c.begin() + p_.top_k, c.end(), by_logit);
-    // Keep ties with the k-th value, as transformers' TopK keeps every logit >= the k-th.
-    double kth = c[p_.top_k - 1].logit;
-    size_t keep = p_.top_k;
-    while (keep < c.size()) {
-      auto it = std::max_element(
-          c.begin() + keep, c.end(),
-          [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
-      if (it->logit < kth) break;
-      std::swap(c[keep], *it);
-      ++keep;
-    }
-    c.resize(keep);
-  }
   std::sort(c.begin(), c.end(), by_logit);
   if (c.empty()) return c;
   double max = c.front().logit, sum = 0;

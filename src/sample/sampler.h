@@ -54,6 +54,7 @@ class Sampler {
                            std::span<const int32_t> context);
   SamplingParams p_;
   std::vector<float> scratch_;
+  std::vector<float> heap_;  // top-k: the k largest logits seen so far (a min-heap)
 };
 
 }  // namespace rw

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -111,6 +113,60 @@ TEST(Sampler, TopKKeepsTies) {
   auto l = Logits({1.0f, 2.0f, 2.0f, 2.0f, 0.0f});
   Sampler s(SamplingParams{.temperature = 1.0f, .top_k = 2, .top_p = 1.0f});
   EXPECT_EQ(s.Candidates(l, {}).size(), 3u);
+}
+
+// The top-k path selects the k-th value with a small heap instead of sorting the vocabulary; it
+// must keep exactly the set a full sort keeps (k largest plus ties with the k-th), in the same
+// order, with the same probabilities, whatever NaNs, infinities and ties the logits hold.
+TEST(Sampler, TopKSelectionEqualsAFullSort) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 3000);
+    std::vector<float> l(static_cast<size_t>(n));
+    for (float& v : l) {
+      const unsigned r = rng() % 100;
+      // Few distinct values make ties common; some NaN and -inf logits (masked tokens).
+      v = r < 3   ? std::nanf("")
+          : r < 5 ? -std::numeric_limits<float>::infinity()
+                  : static_cast<float>(static_cast<int>(rng() % 40) - 20) * 0.25f;
+    }
+    const int k = 1 + static_cast<int>(rng() % 80);
+    const float temp = trial % 3 == 0 ? 0.0f : 0.3f + 0.1f * static_cast<float>(trial % 7);
+    SamplingParams p{.temperature = temp,
+                     .top_k = k,
+                     .top_p = trial % 2 ? 1.0f : 0.9f,
+                     .min_p = trial % 5 == 0 ? 0.05f : 0.0f,
+                     .seed = static_cast<uint64_t>(trial)};
+    Sampler s(p);
+    auto got = s.Candidates(l, {});
+    // Reference: every candidate, fully sorted; the first k and every tie of the k-th.
+    const double t = temp <= 0 ? 1.0 : temp;
+    std::vector<Sampler::Candidate> all;
+    for (int i = 0; i < n; ++i)
+      if (!std::isnan(l[i])) all.push_back({i, l[i] / t, 0.0});
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    });
+    size_t keep = std::min(all.size(), static_cast<size_t>(k));
+    while (keep > 0 && keep < all.size() && all[keep].logit == all[keep - 1].logit) ++keep;
+    // Past the filters, Candidates trims further; its first entries must be the reference's.
+    ASSERT_LE(got.size(), keep) << "trial " << trial;
+    if (p.top_p >= 1.0f && p.min_p <= 0.0f) ASSERT_EQ(got.size(), keep) << "trial " << trial;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].id, all[i].id) << "trial " << trial << " rank " << i;
+      EXPECT_EQ(got[i].logit, all[i].logit) << "trial " << trial << " rank " << i;
+    }
+    // The probabilities: the same softmax over the same logits in the same order (normalized,
+    // then renormalized over what the filters kept, as Candidates does).
+    if (p.top_p >= 1.0f && p.min_p <= 0.0f && !got.empty()) {
+      double max = got.front().logit, sum = 0, total = 0;
+      std::vector<double> prob(keep);
+      for (size_t i = 0; i < keep; ++i) sum += (prob[i] = std::exp(all[i].logit - max));
+      for (double& q : prob) total += (q /= sum);
+      for (size_t i = 0; i < keep; ++i)
+        EXPECT_EQ(got[i].prob, prob[i] / total) << "trial " << trial << " rank " << i;
+    }
+  }
 }
 
 TEST(Sampler, RepetitionPenaltyAsTransformers) {
