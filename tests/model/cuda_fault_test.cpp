@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -31,18 +30,7 @@ constexpr int kPrompt = 45;  // longer than the window (16) and the ring (16 + 7
 constexpr int kDecode = 12;
 
 std::string TinyModel() {
-  static std::string dir = [] {
-    const std::string d =
-        JoinPath(REDWING_BUILD_DIR, "test_tmp/cuda_fault/tiny." + std::to_string(getpid()));
-    SynthOptions o;
-    o.geometry = "tiny";
-    o.seed = 3;
-    o.out_dir = d;
-    o.overwrite = true;
-    Status st = SynthesizeModel(o);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    return d;
-  }();
+  static const std::string dir = test::TinySynthModel("cuda_fault", 3);
   return dir;
 }
 

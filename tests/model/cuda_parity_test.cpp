@@ -7,8 +7,6 @@
 // device is usable.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 
@@ -133,18 +131,7 @@ TEST(CudaParity, GoldenFixtures) {
 }
 
 std::string TinyModel() {
-  static std::string dir = [] {
-    const std::string d =
-        JoinPath(REDWING_BUILD_DIR, "test_tmp/cuda_parity/tiny." + std::to_string(getpid()));
-    SynthOptions o;
-    o.geometry = "tiny";
-    o.seed = 3;
-    o.out_dir = d;
-    o.overwrite = true;
-    Status st = SynthesizeModel(o);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    return d;
-  }();
+  static const std::string dir = test::TinySynthModel("cuda_parity", 3);
   return dir;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -10,8 +11,24 @@
 #include <vector>
 
 #include "base/file.h"
+#include "install/synth.h"
 
 namespace rw::test {
+
+// A tiny synthesized model (geometry "tiny", the given seed) under the build tree, made once per
+// process: ctest runs cases in parallel processes, so each gets its own directory.
+inline std::string TinySynthModel(const std::string& tag, uint64_t seed) {
+  const std::string d =
+      JoinPath(REDWING_BUILD_DIR, "test_tmp/" + tag + "/tiny." + std::to_string(getpid()));
+  SynthOptions o;
+  o.geometry = "tiny";
+  o.seed = seed;
+  o.out_dir = d;
+  o.overwrite = true;
+  Status st = SynthesizeModel(o);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return d;
+}
 
 // A raw little-endian float32 file (the fixtures' logits).
 inline std::vector<float> ReadF32(const std::string& path) {
