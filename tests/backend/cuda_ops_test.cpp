@@ -96,7 +96,7 @@ TEST(CudaOps, MatVecAndMatMul) {
     HostWeight h = RandomWeight(s.type, s.rows, s.cols, s.bits, s.group, rng);
     auto dw = cuda::DeviceWeight::Upload(h.view);
     ASSERT_TRUE(dw.ok());
-    for (int64_t m : {1, 3, 33, 70}) {
+    for (int64_t m : {1, 3, 33, 70, 200}) {  // 200: the 128-row tiles of dense prefill
       const std::vector<float> x = Randn(m * s.cols, rng);
       std::vector<float> want(m * s.rows);
       cpu::ref::MatMul(h.view, x.data(), m, want.data());

@@ -5,7 +5,7 @@
 //   matmul (prefill): each K step dequantizes a 64×32 weight tile into shared memory (never the
 //     whole matrix) and reuses it for all rows of the X tile; on sm_80+ the tile product runs on
 //     tensor cores as 3xTF32 (fp32 accuracy), else (or with REDWING_CUDA_MATMUL=simt) as fp32
-//     FMAs in 32×64 tiles.
+//     FMAs in 32×64 tiles. Affine weights take the pipelined kernel of ops_matmul.cu instead.
 // Expert variants take per-slot blob addresses so one launch covers all chosen experts.
 // Each output's K loop runs in ascending order whatever the grouping, so an expert's result
 // does not depend on which other experts share the launch.
@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
 
 namespace rw::cuda {
@@ -718,6 +719,16 @@ __global__ void __launch_bounds__(kTThreads)
       }
 }
 
+// REDWING_CUDA_MATMUL=tf32: the simple 3xTF32 kernel below for affine weights too, not
+// ops_matmul.cu's pipelined one (for comparison).
+bool UsePipelined() {
+  static const bool on = [] {
+    const char* e = std::getenv("REDWING_CUDA_MATMUL");
+    return e == nullptr || std::strcmp(e, "tf32") != 0;
+  }();
+  return on;
+}
+
 bool UseTensorCores() {
   static const bool on = [] {
     const char* e = std::getenv("REDWING_CUDA_MATMUL");
@@ -795,6 +806,10 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
   if (w.rows <= 0 || w.cols <= 0 || m <= 0) return cudaSuccess;
   if (cudaError_t e = CheckMat(w); e != cudaSuccess) return e;
   if (UseTensorCores() && m >= 16) {
+    const cudaError_t e = UsePipelined() ? LaunchAffineMatMulTc(w, nullptr, 1, nullptr, nullptr, m,
+                                                                m, nullptr, x, y, s)
+                                         : cudaErrorNotSupported;
+    if (e != cudaErrorNotSupported) return e;
     const dim3 grid(Blocks(w.rows, kTN), Blocks(m, kTM), 1);
     MatMulTf32Kernel<<<grid, kTThreads, 0, s>>>(w, nullptr, nullptr, nullptr, m, nullptr, x, y);
     return cudaGetLastError();
@@ -859,6 +874,10 @@ cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* co
   const DevMat& w = which == 0 ? e.gate : which == 1 ? e.up : e.down;
   if (cudaError_t err = CheckMat(w); err != cudaSuccess) return err;
   if (UseTensorCores()) {
+    const cudaError_t err = UsePipelined() ? LaunchAffineMatMulTc(w, blobs, groups, row0, rows, 0,
+                                                                  max_rows, gather, x, y, s)
+                                           : cudaErrorNotSupported;
+    if (err != cudaErrorNotSupported) return err;
     const dim3 grid(Blocks(w.rows, kTN), Blocks(max_rows, kTM), static_cast<unsigned>(groups));
     MatMulTf32Kernel<<<grid, kTThreads, 0, s>>>(w, blobs, row0, rows, 0, gather, x, y);
     return cudaGetLastError();

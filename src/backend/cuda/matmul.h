@@ -1,0 +1,22 @@
+// The pipelined tensor-core prefill matmul (ops_matmul.cu), called by the launchers of
+// ops_linear.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/ops.h"
+
+namespace rw::cuda {
+
+// Y[row0s[g] + r] = X[gather(row0s[g] + r)]·W_gᵀ for r < rowss[g] of each group g (blobs: the
+// groups' expert blobs, w holding offsets); dense when blobs, row0s and rowss are null (rows =
+// dense_rows). cudaErrorNotSupported when w is not affine 4/8-bit or x is not 16-byte aligned:
+// the caller then takes the simple kernel.
+cudaError_t LaunchAffineMatMulTc(const DevMat& w, const uint8_t* const* blobs, int groups,
+                                 const int* row0s, const int* rowss, int64_t dense_rows,
+                                 int64_t max_rows, const int* gather, const float* x, float* y,
+                                 cudaStream_t s);
+
+}  // namespace rw::cuda
