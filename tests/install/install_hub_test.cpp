@@ -86,8 +86,8 @@ int Wait(pid_t pid, double timeout_s = 120) {
 
 // Runs argv with stdout and stderr on a pseudo-terminal (isatty true) and returns what it
 // printed in *out; killed after timeout_s.
-int RunOnPty(const std::vector<std::string>& argv, const Env& env, std::string* out,
-             double timeout_s) {
+[[maybe_unused]] int RunOnPty(const std::vector<std::string>& argv, const Env& env,
+                              std::string* out, double timeout_s) {
   int master = ::posix_openpt(O_RDWR | O_NOCTTY);
   if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0) {
     ADD_FAILURE() << "no pseudo-terminal: " << std::strerror(errno);
@@ -250,7 +250,7 @@ void ExpectSameModel(const std::string& got, const std::string& want) {
 }
 
 // 8 + the JSON header length of a safetensors file: what planning fetches of it.
-uint64_t HeaderBytes(const std::string& path) {
+[[maybe_unused]] uint64_t HeaderBytes(const std::string& path) {
   auto text = ReadFileToString(path);
   if (!text.ok() || text->size() < 8) return 0;
   uint64_t n = 0;
@@ -258,7 +258,7 @@ uint64_t HeaderBytes(const std::string& path) {
   return 8 + n;
 }
 
-size_t Count(const std::string& text, const std::string& needle) {
+[[maybe_unused]] size_t Count(const std::string& text, const std::string& needle) {
   size_t n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
