@@ -368,11 +368,7 @@ Result<std::vector<float>> Session::Decode(int id) {
 }
 
 bool Session::samples_on_device() const {
-#ifdef REDWING_HAVE_CUDA
-  return cuda_ != nullptr;
-#else
-  return false;
-#endif
+  return on_gpu();  // the draw runs wherever the forward pass does
 }
 
 Result<int> Session::DecodeSampled(int id, uint64_t seed) {
