@@ -350,6 +350,15 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
   return logits;
 }
 
+void Session::RecordDecode(int id, CallStats call, double seconds) {
+  tokens_.push_back(id);
+  calls_.push_back(1);
+  call.seconds = seconds;
+  call.tokens = 1;
+  last_ = call;
+  decode_total_.Add(call);
+}
+
 Result<std::vector<float>> Session::Decode(int id) {
   RW_RETURN_IF_ERROR(init_);
   RW_RETURN_IF_ERROR(closed_);
@@ -358,12 +367,7 @@ Result<std::vector<float>> Session::Decode(int id) {
   CallStats call;
   Stopwatch sw;
   RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
-  tokens_.push_back(id);
-  calls_.push_back(1);
-  call.seconds = sw.Seconds();
-  call.tokens = 1;
-  last_ = call;
-  decode_total_.Add(call);
+  RecordDecode(id, call, sw.Seconds());
   return logits;
 }
 
@@ -397,12 +401,7 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed) {
     RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
   }
   if (!logits.empty()) next = SampleUnfiltered(logits, seed, position() + 1);
-  tokens_.push_back(id);
-  calls_.push_back(1);
-  call.seconds = sw.Seconds();
-  call.tokens = 1;
-  last_ = call;
-  decode_total_.Add(call);
+  RecordDecode(id, call, sw.Seconds());
   return next;
 }
 
