@@ -113,6 +113,23 @@ TEST(CudaOps, MatVecAndMatMul) {
   }
 }
 
+// More row tiles than one launch holds at once (the LM head's case): blocks stride over them.
+TEST(CudaOps, MatVecStridesOverManyRows) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(13);
+  for (int group : {32, 64}) {
+    HostWeight h = RandomWeight(WeightType::kAffine, 70001, 128, 4, group, rng);
+    auto dw = cuda::DeviceWeight::Upload(h.view);
+    ASSERT_TRUE(dw.ok());
+    const std::vector<float> x = Randn(128, rng);
+    std::vector<float> want(70001);
+    cpu::ref::MatVec(h.view, x.data(), want.data());
+    Dev<float> dx(x), dy(want.size());
+    ASSERT_EQ(cuda::LaunchMatVec(ToDevMat(dw->view()), dx.p(), dy.p(), nullptr), cudaSuccess);
+    EXPECT_LT(RelErr(dy.Get(), want), 2e-6) << "group " << group;
+  }
+}
+
 TEST(CudaOps, MatVecMultiSharesTheInput) {
   REQUIRE_CUDA();
   std::mt19937 rng(21);

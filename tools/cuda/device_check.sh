@@ -21,12 +21,15 @@ bin="$root/${RWDEV:-.rwdev}/bin"
 [ -f "$root/${RWDEV:-.rwdev}/paths.env" ] && . "$root/${RWDEV:-.rwdev}/paths.env"
 src_dir=${REDWING_SOURCE_DIR_ON_BUILD:?run tools/cuda/pack.sh first (it records the build paths)}
 build_dir=${REDWING_BUILD_DIR_ON_BUILD:?run tools/cuda/pack.sh first (it records the build paths)}
-if [ ! -e "$src_dir" ]; then
-  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
+# A link left by an earlier run on a machine still warm may point at that run's copy: replace it.
+if [ -L "$src_dir" ] || [ ! -e "$src_dir" ]; then
+  mkdir -p "$(dirname "$src_dir")" && ln -sfn "$root" "$src_dir"
 fi
 mkdir -p "$build_dir/test_tmp" "$build_dir/bin"
 # Tests that run the CLI find it at the build path (REDWING_BINARY).
-[ -e "$build_dir/bin/redwing" ] || ln -s "$bin/redwing" "$build_dir/bin/redwing"
+if [ -L "$build_dir/bin/redwing" ] || [ ! -e "$build_dir/bin/redwing" ]; then
+  ln -sfn "$bin/redwing" "$build_dir/bin/redwing"
+fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
 
 model=/tmp/g4

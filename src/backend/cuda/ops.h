@@ -31,6 +31,12 @@ struct ExpertMats {
   DevMat gate, up, down;
 };
 
+// Whether this thread's later launches may overlap the kernel before them (programmatic
+// dependent launch on sm_90+, see launch.cuh; REDWING_CUDA_PDL=0 turns it off everywhere). On
+// by default; the forward pass turns it off for prefill, whose long kernels gain nothing from it
+// (measured slower).
+void SetOverlappedLaunches(bool on);
+
 // ---- Linear -----------------------------------------------------------------------------------
 
 // y[N] = W·x (decode).

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops.h"
 
 namespace rw::cuda {
@@ -18,6 +19,7 @@ constexpr int kDimsPerThread = kMaxHeadDim / kThreads;
 __global__ void AttendSplitKernel(const float* q, int n_heads, const float* kc, const float* vc,
                                   int n_kv, int hd, int64_t capacity, const int64_t* pos0,
                                   int64_t window, float scale, int splits, float* partial) {
+  PdlEnter();
   __shared__ float qs[kMaxHeadDim];
   __shared__ float ps[kTile];
   __shared__ float tile_alpha, tile_m;
@@ -118,6 +120,7 @@ __global__ void AttendSplitKernel(const float* q, int n_heads, const float* kc, 
 __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* kc, const float* vc,
                                      int n_kv, int hd, int64_t capacity, const int64_t* pos0,
                                      int64_t window, float scale, int splits, float* partial) {
+  PdlEnter();
   __shared__ __align__(16) float red[kMaxHeadDim * 4];  // V partials of the G key groups
   __shared__ float ps[kTile];
   __shared__ float tile_alpha, tile_m;
@@ -250,6 +253,7 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
 constexpr int kMergeThreads = 128;
 
 __global__ void MergeSplitsKernel(const float* partial, int hd, int splits, float* out) {
+  PdlEnter();
   extern __shared__ float e[];    // [splits]: e^(m_s − M), −1 for a skipped split
   const int64_t qh = blockIdx.x;  // t·n_heads + h
   const float* base = partial + qh * splits * (hd + 2);
@@ -291,14 +295,14 @@ cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float*
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(n_heads),
                   static_cast<unsigned>(m));
   if (head_dim % 128 == 0)
-    AttendSplitVecKernel<<<grid, kThreads, 0, s>>>(q, n_heads, k_cache, v_cache, n_kv, head_dim,
-                                                   capacity, pos0, window, scale, splits, partial);
+    LaunchKernel(AttendSplitVecKernel, grid, kThreads, 0, s, q, n_heads, k_cache, v_cache, n_kv,
+                 head_dim, capacity, pos0, window, scale, splits, partial);
   else
-    AttendSplitKernel<<<grid, kThreads, 0, s>>>(q, n_heads, k_cache, v_cache, n_kv, head_dim,
-                                                capacity, pos0, window, scale, splits, partial);
+    LaunchKernel(AttendSplitKernel, grid, kThreads, 0, s, q, n_heads, k_cache, v_cache, n_kv,
+                 head_dim, capacity, pos0, window, scale, splits, partial);
   const dim3 merge(static_cast<unsigned>(m * n_heads), Blocks(head_dim, kMergeThreads), 1);
-  MergeSplitsKernel<<<merge, kMergeThreads, static_cast<size_t>(splits) * 4, s>>>(partial, head_dim,
-                                                                                  splits, out);
+  LaunchKernel(MergeSplitsKernel, merge, kMergeThreads, static_cast<size_t>(splits) * 4, s, partial,
+               head_dim, splits, out);
   return cudaGetLastError();
 }
 

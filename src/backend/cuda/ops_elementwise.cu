@@ -3,7 +3,11 @@
 // squares and the softmax denominator in double, the same multiplication order.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops.h"
 
 namespace rw::cuda {
@@ -23,6 +27,7 @@ __device__ float RowInvRms(const float* x, int n, float eps, double* smem32) {
 }
 
 __global__ void RmsNormKernel(const float* x, float* y, int n, const float* w, float eps) {
+  PdlEnter();
   __shared__ double smem[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
@@ -32,6 +37,7 @@ __global__ void RmsNormKernel(const float* x, float* y, int n, const float* w, f
 
 __global__ void AddRmsNormKernel(float* x, const float* y, int n, const float* w, float eps,
                                  float scalar) {
+  PdlEnter();
   __shared__ double smem[32];
   float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   const float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
@@ -41,6 +47,7 @@ __global__ void AddRmsNormKernel(float* x, const float* y, int n, const float* w
 
 __global__ void RouterInputKernel(const float* x, float* out, int n, const float* scale, float root,
                                   float eps) {
+  PdlEnter();
   __shared__ double smem[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
   float* o = out + static_cast<int64_t>(blockIdx.x) * n;
@@ -49,16 +56,19 @@ __global__ void RouterInputKernel(const float* x, float* out, int n, const float
 }
 
 __global__ void GegluKernel(float* gate, const float* up, int64_t n) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) gate[i] = GeluTanh(gate[i]) * up[i];
 }
 
 __global__ void SoftcapKernel(float* x, int64_t n, float cap) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void AxpyKernel(float* y, float a, const float* x, int64_t n, int mode) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if (mode == 0)
@@ -70,6 +80,7 @@ __global__ void AxpyKernel(float* y, float a, const float* x, int64_t n, int mod
 }
 
 __global__ void EmbedKernel(DevMat e, const int* ids, float scale, float* out) {
+  PdlEnter();
   const int64_t t = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c < e.cols) out[t * e.cols + c] = MatAt(e, ids[t], c) * scale;
@@ -77,6 +88,7 @@ __global__ void EmbedKernel(DevMat e, const int* ids, float scale, float* out) {
 
 __global__ void RopeTableKernel(const int64_t* pos0, int64_t m, const float* inv_freq, int half,
                                 float* cos_out, float* sin_out) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= m * half) return;
   const int64_t t = i / half;
@@ -88,6 +100,7 @@ __global__ void RopeTableKernel(const int64_t* pos0, int64_t m, const float* inv
 
 __global__ void RopeKernel(float* x, int64_t m, int n_heads, int head_dim, const float* cos_t,
                            const float* sin_t) {
+  PdlEnter();
   const int half = head_dim / 2;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= m * n_heads * half) return;
@@ -103,6 +116,7 @@ __global__ void RopeKernel(float* x, int64_t m, int n_heads, int head_dim, const
 
 __global__ void KvStoreKernel(const float* k, const float* v, float* kc, float* vc, int64_t m,
                               int n_kv, int head_dim, int64_t capacity, const int64_t* pos0) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= m * n_kv * head_dim) return;
   const int64_t t = i / (static_cast<int64_t>(n_kv) * head_dim);
@@ -127,6 +141,7 @@ __device__ __forceinline__ bool Above(float va, int a, float vb, int b) {
 // One block per token; dynamic shared memory: E floats of probabilities + E chosen flags.
 __global__ void RouteTopKKernel(const float* logits, float* probs, int E, int k,
                                 const float* per_expert_scale, int* idx, float* w) {
+  PdlEnter();
   extern __shared__ float sp[];
   unsigned char* chosen = reinterpret_cast<unsigned char*>(sp + E);
   __shared__ double dsum[32];
@@ -197,6 +212,7 @@ __global__ void RouteTopKKernel(const float* logits, float* probs, int E, int k,
 constexpr int kWarpRouterMax = 8;  // experts per lane
 __global__ void RouteTopKWarpKernel(const float* logits, float* probs, int64_t m, int E, int k,
                                     const float* per_expert_scale, int* idx, float* w) {
+  PdlEnter();
   const int lane = threadIdx.x & 31;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= m) return;
@@ -255,6 +271,7 @@ __global__ void RouteTopKWarpKernel(const float* logits, float* probs, int64_t m
 
 __global__ void MoeCombineKernel(const int* idx, const float* w, const int* rows, const float* y,
                                  int k, int n, float* out) {
+  PdlEnter();
   const int64_t t = blockIdx.y;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= n) return;
@@ -282,6 +299,7 @@ __global__ void QkvPostKernel(float* q, float* k, float* v, int n_heads, int n_k
                               const float* q_norm, const float* k_norm, const float* cos_t,
                               const float* sin_t, float* kc, float* vc, int64_t capacity,
                               const int64_t* pos0, float eps) {
+  PdlEnter();
   __shared__ double smem[32];
   __shared__ float row[512];
   const int rows = n_heads + 2 * n_kv;
@@ -324,6 +342,7 @@ __global__ void QkvPostKernel(float* q, float* k, float* v, int n_heads, int n_k
 __global__ void FfnInputsKernel(const float* x, int n, const float* pre_ff, const float* pre_ff2,
                                 const float* router_scale, float root, float eps, float* a,
                                 float* a2, float* r) {
+  PdlEnter();
   __shared__ double smem[32];
   const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
   const float* xr = x + off;
@@ -343,6 +362,7 @@ __global__ void ResidualFfnInputsKernel(float* x, const float* o, int n, const f
                                         const float* pre_ff, const float* pre_ff2,
                                         const float* router_scale, float root, float eps, float* a,
                                         float* a2, float* r) {
+  PdlEnter();
   __shared__ double smem[32];
   const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
   float* xr = x + off;
@@ -366,6 +386,7 @@ __global__ void MoeFinishKernel(const int* idx, const float* w, const int* rows,
                                 int k, int n, const float* post1, const float* post2, float* m1,
                                 const float* post, float* x, float eps, float scalar,
                                 const float* next_w, float* next_out) {
+  PdlEnter();
   extern __shared__ float moe[];
   __shared__ double smem[32];
   const int64_t t = blockIdx.x;
@@ -409,60 +430,276 @@ __global__ void MoeFinishKernel(const int* idx, const float* w, const int* rows,
   for (int c = threadIdx.x; c < n; c += blockDim.x) out[c] = xr[c] * rn * next_w[c];
 }
 
+// ---- Decode's fused row kernels with the row in registers ------------------------------------
+// The same arithmetic as MoeFinishKernel and ResidualFfnInputsKernel (same threads per row, the
+// same elements per thread, the same reduction order: bit-identical), restructured for latency,
+// which is all a one-row launch has: the norm weights are loaded before waiting on the previous
+// kernel, every other load of the row is issued at once into registers, and reductions that do
+// not depend on each other share one pass. Rows up to kRowThreads·kRowPer wide.
+constexpr int kRowPer = 4;
+
+__device__ __forceinline__ float InvRms(double ss, int n, float eps) {
+  return 1.0f / sqrtf(static_cast<float>(ss) / static_cast<float>(n) + eps);
+}
+
+// BlockSumD for two values at once (each summed exactly as BlockSumD would).
+__device__ __forceinline__ void BlockSum2D(double& a, double& b, double2* smem32) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  a = WarpAllSumD(a);
+  b = WarpAllSumD(b);
+  __syncthreads();
+  if (lane == 0) smem32[warp] = make_double2(a, b);
+  __syncthreads();
+  double ta = 0.0, tb = 0.0;
+  for (int i = 0; i < warps; ++i) {
+    const double2 v = smem32[i];
+    ta += v.x;
+    tb += v.y;
+  }
+  a = ta;
+  b = tb;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    MoeFinishRegKernel(const int* idx, const float* w, const int* rows, const float* y, int k,
+                       int n, const float* post1, const float* post2, float* m1, const float* post,
+                       float* x, float eps, float scalar, const float* next_w, float* next_out) {
+  PdlLaunchDependents();
+  __shared__ double2 smem[32];
+  __shared__ int s_row[32];
+  __shared__ float s_w[32];
+  const int64_t t = blockIdx.x;
+  float p1[kRowPer], p2[kRowPer], pp[kRowPer], nw[kRowPer];
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      p1[u] = post1 != nullptr ? post1[c] : 0.0f;
+      p2[u] = post2[c];
+      pp[u] = post[c];
+      nw[u] = next_w != nullptr ? next_w[c] : 0.0f;
+    }
+  }
+  PdlWait();
+  // The experts in ascending index order (each appears once): thread j places its own by rank.
+  if (threadIdx.x < k) {
+    const int j = threadIdx.x, e = idx[t * k + j];
+    int rank = 0;
+    for (int i = 0; i < k; ++i) rank += idx[t * k + i] < e;
+    s_row[rank] = rows != nullptr ? rows[t * k + j] : static_cast<int>(t * k + j);
+    s_w[rank] = w[t * k + j];
+  }
+  float* m1r = m1 + t * n;
+  float* xr = x + t * n;
+  float dv[kRowPer], xv[kRowPer], mo[kRowPer];
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      dv[u] = m1r[c];
+      xv[u] = xr[c];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      float acc = 0.0f;
+      for (int q = 0; q < k; ++q) acc += s_w[q] * y[static_cast<int64_t>(s_row[q]) * n + c];
+      mo[u] = acc;
+    }
+  }
+  // RmsNorm(moe) and RmsNorm(dense) in one pass.
+  double ss2 = 0.0, ss1 = 0.0;
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    if (threadIdx.x + u * kRowThreads < n) {
+      ss2 += static_cast<double>(mo[u]) * mo[u];
+      ss1 += static_cast<double>(dv[u]) * dv[u];
+    }
+  }
+  BlockSum2D(ss2, ss1, smem);
+  const float inv2 = InvRms(ss2, n, eps);
+  const float inv1 = post1 != nullptr ? InvRms(ss1, n, eps) : 1.0f;
+  double ssm = 0.0;
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      const float d = post1 != nullptr ? dv[u] * inv1 * p1[u] : dv[u];
+      dv[u] = d + mo[u] * inv2 * p2[u];
+      m1r[c] = dv[u];
+      ssm += static_cast<double>(dv[u]) * dv[u];
+    }
+  }
+  ssm = BlockSumD(ssm, reinterpret_cast<double*>(smem));
+  const float inv = InvRms(ssm, n, eps);
+  double ssx = 0.0;
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      xv[u] = (xv[u] + dv[u] * inv * pp[u]) * scalar;
+      xr[c] = xv[u];
+      ssx += static_cast<double>(xv[u]) * xv[u];
+    }
+  }
+  if (next_w == nullptr) return;
+  // The next layer's input norm (RmsNormKernel's arithmetic) on the new x.
+  ssx = BlockSumD(ssx, reinterpret_cast<double*>(smem));
+  const float rn = InvRms(ssx, n, eps);
+  float* out = next_out + t * n;
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) out[c] = xv[u] * rn * nw[u];
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    ResidualFfnInputsRegKernel(float* x, const float* o, int n, const float* post_attn,
+                               const float* pre_ff, const float* pre_ff2, const float* router_scale,
+                               float root, float eps, float* a, float* a2, float* r) {
+  PdlLaunchDependents();
+  __shared__ double smem[32];
+  float pa[kRowPer], f1[kRowPer], f2[kRowPer], rs[kRowPer];
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      pa[u] = post_attn[c];
+      f1[u] = pre_ff[c];
+      f2[u] = a2 != nullptr ? pre_ff2[c] : 0.0f;
+      rs[u] = r != nullptr ? router_scale[c] : 0.0f;
+    }
+  }
+  PdlWait();
+  const int64_t off = static_cast<int64_t>(blockIdx.x) * n;
+  float* xr = x + off;
+  const float* orow = o + off;
+  float ov[kRowPer], xv[kRowPer];
+  double sso = 0.0;
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      ov[u] = orow[c];
+      xv[u] = xr[c];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u)
+    if (threadIdx.x + u * kRowThreads < n) sso += static_cast<double>(ov[u]) * ov[u];
+  const float ro = InvRms(BlockSumD(sso, smem), n, eps);
+  double ssx = 0.0;
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      xv[u] = (xv[u] + ov[u] * ro * pa[u]) * 1.0f;
+      xr[c] = xv[u];
+      ssx += static_cast<double>(xv[u]) * xv[u];
+    }
+  }
+  const float inv = InvRms(BlockSumD(ssx, smem), n, eps);
+#pragma unroll
+  for (int u = 0; u < kRowPer; ++u) {
+    const int c = threadIdx.x + u * kRowThreads;
+    if (c < n) {
+      const float v = xv[u];
+      a[off + c] = v * inv * f1[u];
+      if (a2 != nullptr) a2[off + c] = v * inv * f2[u];
+      if (r != nullptr) r[off + c] = v * inv * 1.0f * rs[u] * root;
+    }
+  }
+}
+
+bool RegRows(int n) {
+  static const bool on = [] {
+    const char* e = std::getenv("REDWING_CUDA_ROWS");
+    return e == nullptr || std::strcmp(e, "shared") != 0;
+  }();
+  return on && n <= kRowThreads * kRowPer;
+}
+
 unsigned Grid(int64_t n) {
   return Blocks(n, kThreads);
 }
 
 }  // namespace
 
+namespace {
+thread_local bool t_pdl = true;
+}  // namespace
+
+void SetOverlappedLaunches(bool on) {
+  t_pdl = on;
+}
+
+bool PdlEnabled() {
+  static const bool supported = [] {
+    const char* e = std::getenv("REDWING_CUDA_PDL");
+    if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return supported && t_pdl;
+}
+
 cudaError_t LaunchRmsNormRows(const float* x, float* y, int64_t rows, int n, const float* w,
                               float eps, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, y, n, w, eps);
+  LaunchKernel(RmsNormKernel, static_cast<unsigned>(rows), kRowThreads, 0, s, x, y, n, w, eps);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAddRmsNorm(float* x, const float* y, int64_t rows, int n, const float* w,
                              float eps, float scalar, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  AddRmsNormKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, y, n, w, eps, scalar);
+  LaunchKernel(AddRmsNormKernel, static_cast<unsigned>(rows), kRowThreads, 0, s, x, y, n, w, eps,
+               scalar);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchRouterInput(const float* x, float* r, int64_t rows, int n, const float* scale,
                               float root, float eps, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  RouterInputKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(x, r, n, scale, root, eps);
+  LaunchKernel(RouterInputKernel, static_cast<unsigned>(rows), kRowThreads, 0, s, x, r, n, scale,
+               root, eps);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchGeglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  GegluKernel<<<Grid(n), kThreads, 0, s>>>(gate, up, n);
+  LaunchKernel(GegluKernel, Grid(n), kThreads, 0, s, gate, up, n);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSoftcap(float* x, int64_t n, float cap, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  SoftcapKernel<<<Grid(n), kThreads, 0, s>>>(x, n, cap);
+  LaunchKernel(SoftcapKernel, Grid(n), kThreads, 0, s, x, n, cap);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAdd(float* y, const float* x, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  AxpyKernel<<<Grid(n), kThreads, 0, s>>>(y, 1.0f, x, n, 0);
+  LaunchKernel(AxpyKernel, Grid(n), kThreads, 0, s, y, 1.0f, x, n, 0);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchScale(float* y, float a, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  AxpyKernel<<<Grid(n), kThreads, 0, s>>>(y, a, nullptr, n, 1);
+  LaunchKernel(AxpyKernel, Grid(n), kThreads, 0, s, y, a, nullptr, n, 1);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAxpy(float* y, float a, const float* x, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
-  AxpyKernel<<<Grid(n), kThreads, 0, s>>>(y, a, x, n, 2);
+  LaunchKernel(AxpyKernel, Grid(n), kThreads, 0, s, y, a, x, n, 2);
   return cudaGetLastError();
 }
 
@@ -470,14 +707,14 @@ cudaError_t LaunchEmbed(const DevMat& e, const int* ids, int64_t m, float scale,
                         cudaStream_t s) {
   if (m <= 0) return cudaSuccess;
   const dim3 grid(Grid(e.cols), static_cast<unsigned>(m));
-  EmbedKernel<<<grid, kThreads, 0, s>>>(e, ids, scale, out);
+  LaunchKernel(EmbedKernel, grid, kThreads, 0, s, e, ids, scale, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchRopeTable(const int64_t* pos0, int64_t m, const float* inv_freq, int half,
                             float* cos, float* sin, cudaStream_t s) {
   if (m * half <= 0) return cudaSuccess;
-  RopeTableKernel<<<Grid(m * half), kThreads, 0, s>>>(pos0, m, inv_freq, half, cos, sin);
+  LaunchKernel(RopeTableKernel, Grid(m * half), kThreads, 0, s, pos0, m, inv_freq, half, cos, sin);
   return cudaGetLastError();
 }
 
@@ -485,7 +722,7 @@ cudaError_t LaunchRopeNeox(float* x, int64_t m, int n_heads, int head_dim, const
                            const float* sin, cudaStream_t s) {
   const int64_t n = m * n_heads * (head_dim / 2);
   if (n <= 0) return cudaSuccess;
-  RopeKernel<<<Grid(n), kThreads, 0, s>>>(x, m, n_heads, head_dim, cos, sin);
+  LaunchKernel(RopeKernel, Grid(n), kThreads, 0, s, x, m, n_heads, head_dim, cos, sin);
   return cudaGetLastError();
 }
 
@@ -494,8 +731,8 @@ cudaError_t LaunchKvStore(const float* k, const float* v, float* k_cache, float*
                           cudaStream_t s) {
   const int64_t n = m * n_kv * head_dim;
   if (n <= 0) return cudaSuccess;
-  KvStoreKernel<<<Grid(n), kThreads, 0, s>>>(k, v, k_cache, v_cache, m, n_kv, head_dim, capacity,
-                                             pos0);
+  LaunchKernel(KvStoreKernel, Grid(n), kThreads, 0, s, k, v, k_cache, v_cache, m, n_kv, head_dim,
+               capacity, pos0);
   return cudaGetLastError();
 }
 
@@ -504,14 +741,14 @@ cudaError_t LaunchRouteTopK(const float* logits, float* probs, int64_t m, int nu
   if (m <= 0) return cudaSuccess;
   if (k > 64 || k > num_experts) return cudaErrorInvalidValue;
   if (num_experts <= 32 * kWarpRouterMax && k <= 32) {
-    RouteTopKWarpKernel<<<Blocks(m, 4), 128, 0, s>>>(logits, probs, m, num_experts, k,
-                                                     per_expert_scale, idx, w);
+    LaunchKernel(RouteTopKWarpKernel, Blocks(m, 4), 128, 0, s, logits, probs, m, num_experts, k,
+                 per_expert_scale, idx, w);
     return cudaGetLastError();
   }
   const int threads = num_experts >= 256 ? 256 : ((num_experts + 31) / 32) * 32;
   const size_t smem = static_cast<size_t>(num_experts) * (sizeof(float) + 1);
-  RouteTopKKernel<<<static_cast<unsigned>(m), threads, smem, s>>>(logits, probs, num_experts, k,
-                                                                  per_expert_scale, idx, w);
+  LaunchKernel(RouteTopKKernel, static_cast<unsigned>(m), threads, smem, s, logits, probs,
+               num_experts, k, per_expert_scale, idx, w);
   return cudaGetLastError();
 }
 
@@ -520,7 +757,7 @@ cudaError_t LaunchMoeCombine(const int* idx, const float* w, const int* rows, co
   if (m <= 0) return cudaSuccess;
   if (k > 32) return cudaErrorInvalidValue;
   const dim3 grid(Grid(n), static_cast<unsigned>(m));
-  MoeCombineKernel<<<grid, kThreads, 0, s>>>(idx, w, rows, y, k, n, out);
+  LaunchKernel(MoeCombineKernel, grid, kThreads, 0, s, idx, w, rows, y, k, n, out);
   return cudaGetLastError();
 }
 
@@ -531,9 +768,8 @@ cudaError_t LaunchQkvPost(float* q, float* k, float* v, int64_t m, int n_heads, 
   if (m <= 0) return cudaSuccess;
   if (head_dim > 512) return cudaErrorInvalidValue;
   const int64_t blocks = m * (n_heads + 2 * n_kv);
-  QkvPostKernel<<<static_cast<unsigned>(blocks), 128, 0, s>>>(q, k, v, n_heads, n_kv, head_dim,
-                                                              q_norm, k_norm, cos, sin, k_cache,
-                                                              v_cache, capacity, pos0, eps);
+  LaunchKernel(QkvPostKernel, static_cast<unsigned>(blocks), 128, 0, s, q, k, v, n_heads, n_kv,
+               head_dim, q_norm, k_norm, cos, sin, k_cache, v_cache, capacity, pos0, eps);
   return cudaGetLastError();
 }
 
@@ -541,8 +777,8 @@ cudaError_t LaunchFfnInputs(const float* x, int64_t rows, int n, const float* pr
                             const float* pre_ff2, const float* router_scale, float root, float eps,
                             float* a, float* a2, float* r, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  FfnInputsKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
-      x, n, pre_ff, pre_ff2, router_scale, root, eps, a, a2, r);
+  LaunchKernel(FfnInputsKernel, static_cast<unsigned>(rows), kRowThreads, 0, s, x, n, pre_ff,
+               pre_ff2, router_scale, root, eps, a, a2, r);
   return cudaGetLastError();
 }
 
@@ -552,8 +788,13 @@ cudaError_t LaunchMoeFinish(const int* idx, const float* w, const int* rows, con
                             cudaStream_t s) {
   if (m <= 0) return cudaSuccess;
   if (k > 32 || n > 12 * 1024) return cudaErrorInvalidValue;  // the row lives in shared memory
-  MoeFinishKernel<<<static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4, s>>>(
-      idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, nullptr, nullptr);
+  if (RegRows(n))
+    return LaunchKernel(MoeFinishRegKernel, static_cast<unsigned>(m), kRowThreads, 0, s, idx, w,
+                        rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, nullptr,
+                        nullptr);
+  LaunchKernel(MoeFinishKernel, static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4,
+               s, idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, nullptr,
+               nullptr);
   return cudaGetLastError();
 }
 
@@ -565,8 +806,13 @@ cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows,
   if (m <= 0) return cudaSuccess;
   if (k > 32 || n > 12 * 1024 || next_norm == nullptr || next_out == nullptr)
     return cudaErrorInvalidValue;
-  MoeFinishKernel<<<static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4, s>>>(
-      idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, next_norm, next_out);
+  if (RegRows(n))
+    return LaunchKernel(MoeFinishRegKernel, static_cast<unsigned>(m), kRowThreads, 0, s, idx, w,
+                        rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, next_norm,
+                        next_out);
+  LaunchKernel(MoeFinishKernel, static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4,
+               s, idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, next_norm,
+               next_out);
   return cudaGetLastError();
 }
 
@@ -575,8 +821,11 @@ cudaError_t LaunchResidualFfnInputs(float* x, const float* o, int64_t rows, int 
                                     const float* pre_ff2, const float* router_scale, float root,
                                     float eps, float* a, float* a2, float* r, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
-  ResidualFfnInputsKernel<<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
-      x, o, n, post_attn, pre_ff, pre_ff2, router_scale, root, eps, a, a2, r);
+  if (RegRows(n))
+    return LaunchKernel(ResidualFfnInputsRegKernel, static_cast<unsigned>(rows), kRowThreads, 0, s,
+                        x, o, n, post_attn, pre_ff, pre_ff2, router_scale, root, eps, a, a2, r);
+  LaunchKernel(ResidualFfnInputsKernel, static_cast<unsigned>(rows), kRowThreads, 0, s, x, o, n,
+               post_attn, pre_ff, pre_ff2, router_scale, root, eps, a, a2, r);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
 
@@ -163,6 +164,7 @@ __device__ __forceinline__ int64_t TurnRow(int r, int64_t rows) {
 }
 
 __global__ void MatVecKernel(DevMat w, const float* x, float* y) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   bool padded;
   const float* xs = StageX(x, w.cols, smem, &padded);
@@ -182,6 +184,7 @@ struct MatVecBatch {
 
 // blockIdx.y picks one of up to three matrices sharing the input (q/k/v).
 __global__ void MatVecMultiKernel(MatVecBatch b, const float* x) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   const DevMat w = b.w[blockIdx.y];
   bool padded;
@@ -224,6 +227,7 @@ __device__ __forceinline__ void GateUpRows(const DevMat& gate, const DevMat& up,
 // h[j] = gelu_tanh(gate_j·x_j) ⊙ (up_j·x_j): no separate GeGLU pass.
 __global__ void ExpertGateUpKernel(ExpertMats e, const uint8_t* const* blobs, const int* idx,
                                    const float* x, int64_t x_stride, float* h) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   const int j = blockIdx.y;
   const uint8_t* blob = SlotBlob(blobs, idx, j);
@@ -235,6 +239,7 @@ __global__ void ExpertGateUpKernel(ExpertMats e, const uint8_t* const* blobs, co
 
 __global__ void ExpertDownKernel(ExpertMats e, const uint8_t* const* blobs, const int* idx,
                                  const float* h, float* y) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   const int lane = threadIdx.x & 31, j = blockIdx.y;
   const DevMat w = Resolve(e.down, SlotBlob(blobs, idx, j));
@@ -250,6 +255,7 @@ __global__ void ExpertDownKernel(ExpertMats e, const uint8_t* const* blobs, cons
 
 // The dense MLP's h = gelu_tanh(gate·x) ⊙ (up·x).
 __global__ void GateUpGegluKernel(DevMat gate, DevMat up, const float* x, float* h) {
+  PdlEnter();
   extern __shared__ __align__(16) float smem[];
   bool padded;
   const float* xs = StageX(x, gate.cols, smem, &padded);
@@ -350,11 +356,16 @@ constexpr int MinBlocksFor(int ku) {
 template <int kBits, int kU, int kRW>
 __global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
     FastRowsKernel(MatVecBatch b, const float* x, const uint8_t* const* blobs, const int* idx) {
+  PdlLaunchDependents();
   extern __shared__ __align__(16) float smem[];
   const int j = blockIdx.y;
   DevMat w;
   const float* xj = x;
   float* yj;
+  // Experts: which blob to read is the router's output, so wait first. Dense matrices: load the
+  // first rows, then wait (below), so the weights' DRAM round trip overlaps the previous kernel.
+  const bool waited = blobs != nullptr;
+  if (waited) PdlWait();
   if (blobs != nullptr) {
     w = Resolve(b.w[0], SlotBlob(blobs, idx, j));
     xj = x + j * w.cols;
@@ -375,6 +386,7 @@ __global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
       if (row < w.rows) LoadTile<kBits, kU>(w, row, lane, t[r]);
     }
     if (!staged) {  // the same for every thread of the block
+      if (!waited) PdlWait();
       StageX4(xj, cols, smem);
       staged = true;
     }
@@ -386,6 +398,7 @@ __global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
       if (lane == 0) yj[row] = acc;
     }
   }
+  if (!staged && !waited) PdlWait();  // a block with no rows still keeps the chain
 }
 
 // h = gelu_tanh(gate·x) ⊙ (up·x) per blockIdx.y (an expert slot when blobs is given: input
@@ -394,10 +407,13 @@ template <int kBits, int kU, int kRW>
 __global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
     FastGateUpKernel(DevMat gate, DevMat up, const uint8_t* const* blobs, const int* idx,
                      const float* x, int64_t x_stride, float* h) {
+  PdlLaunchDependents();
   extern __shared__ __align__(16) float smem[];
   constexpr int kRows = kGluRows * kRW;
   __shared__ float gu[2][kRows];
   const int j = blockIdx.y;
+  const bool waited = blobs != nullptr;  // as FastRowsKernel
+  if (waited) PdlWait();
   if (blobs != nullptr) {
     const uint8_t* blob = SlotBlob(blobs, idx, j);
     gate = Resolve(gate, blob);
@@ -418,6 +434,7 @@ __global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
       if (row < gate.rows) LoadTile<kBits, kU>(w, row, lane, t[r]);
     }
     if (!staged) {
+      if (!waited) PdlWait();
       StageX4(x, cols, smem);
       staged = true;
     }
@@ -434,6 +451,7 @@ __global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
       h[row] = GeluTanh(gu[0][threadIdx.x]) * gu[1][threadIdx.x];
     __syncthreads();  // gu is rewritten in the next turn
   }
+  if (!staged && !waited) PdlWait();
 }
 
 constexpr int kFastU[6] = {1, 2, 3, 4, 6, 8};  // the kU values instantiated
@@ -501,10 +519,10 @@ cudaError_t LaunchFastT(bool gateup, const MatVecBatch& b, const DevMat& gate, c
                                      : FastGridCap(FastRowsKernel<kBits, kU, kRW>, cols));
   const dim3 grid(blocks, slots, 1);
   if (gateup)
-    FastGateUpKernel<kBits, kU, kRW>
-        <<<grid, 32 * kWarps, smem, s>>>(gate, up, blobs, idx, x, x_stride, h);
+    LaunchKernel(FastGateUpKernel<kBits, kU, kRW>, grid, 32 * kWarps, smem, s, gate, up, blobs, idx,
+                 x, x_stride, h);
   else
-    FastRowsKernel<kBits, kU, kRW><<<grid, 32 * kWarps, smem, s>>>(b, x, blobs, idx);
+    LaunchKernel(FastRowsKernel<kBits, kU, kRW>, grid, 32 * kWarps, smem, s, b, x, blobs, idx);
   return cudaGetLastError();
 }
 
@@ -530,6 +548,7 @@ constexpr int kBM = 32, kBN = 64, kBK = 32, kMmThreads = 256;
 __global__ void __launch_bounds__(kMmThreads)
     MatMulKernel(DevMat w, const uint8_t* const* blobs, const int* row0s, const int* rowss,
                  int64_t dense_rows, const int* gather, const float* x, float* y) {
+  PdlEnter();
   __shared__ __align__(16) float xs[kBK][kBM + 4];
   __shared__ __align__(16) float ws[kBK][kBN + 4];
   const int grp = blockIdx.z;
@@ -624,6 +643,7 @@ __device__ __forceinline__ void Mma(float* c, const uint32_t* a, const uint32_t*
 __global__ void __launch_bounds__(kTThreads)
     MatMulTf32Kernel(DevMat w, const uint8_t* const* blobs, const int* row0s, const int* rowss,
                      int64_t dense_rows, const int* gather, const float* x, float* y) {
+  PdlEnter();
   __shared__ float xs[kTM][kTK + 4];
   __shared__ float ws[kTN][kTK + 4];
   const int grp = blockIdx.z;
@@ -769,7 +789,8 @@ cudaError_t LaunchMatVec(const DevMat& w, const float* x, float* y, cudaStream_t
     b.y[0] = y;
     return LaunchFast(f, false, b, w, w, w.rows, w.cols, 1, nullptr, nullptr, x, 0, nullptr, s);
   }
-  MatVecKernel<<<Blocks(w.rows, kBlockRows), 32 * kWarps, StagedBytes(w.cols), s>>>(w, x, y);
+  LaunchKernel(MatVecKernel, Blocks(w.rows, kBlockRows), 32 * kWarps, StagedBytes(w.cols), s, w, x,
+               y);
   return cudaGetLastError();
 }
 
@@ -797,8 +818,8 @@ cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const flo
   if (f.ku != 0)
     return LaunchFast(f, false, b, w[0], w[0], rows, cols, static_cast<unsigned>(n), nullptr,
                       nullptr, x, 0, nullptr, s);
-  MatVecMultiKernel<<<dim3(Blocks(rows, kBlockRows), static_cast<unsigned>(n)), 32 * kWarps,
-                      StagedBytes(cols), s>>>(b, x);
+  LaunchKernel(MatVecMultiKernel, dim3(Blocks(rows, kBlockRows), static_cast<unsigned>(n)),
+               32 * kWarps, StagedBytes(cols), s, b, x);
   return cudaGetLastError();
 }
 
@@ -811,11 +832,13 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
                                          : cudaErrorNotSupported;
     if (e != cudaErrorNotSupported) return e;
     const dim3 grid(Blocks(w.rows, kTN), Blocks(m, kTM), 1);
-    MatMulTf32Kernel<<<grid, kTThreads, 0, s>>>(w, nullptr, nullptr, nullptr, m, nullptr, x, y);
+    LaunchKernel(MatMulTf32Kernel, grid, kTThreads, 0, s, w, nullptr, nullptr, nullptr, m, nullptr,
+                 x, y);
     return cudaGetLastError();
   }
   const dim3 grid(Blocks(w.rows, kBN), Blocks(m, kBM), 1);
-  MatMulKernel<<<grid, kMmThreads, 0, s>>>(w, nullptr, nullptr, nullptr, m, nullptr, x, y);
+  LaunchKernel(MatMulKernel, grid, kMmThreads, 0, s, w, nullptr, nullptr, nullptr, m, nullptr, x,
+               y);
   return cudaGetLastError();
 }
 
@@ -828,8 +851,8 @@ cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float*
   if (const FastShape f = FastFor(gate, x); f.ku != 0 && SameShape(gate, up))
     return LaunchFast(f, true, MatVecBatch{}, gate, up, gate.rows, gate.cols, 1, nullptr, nullptr,
                       x, 0, h, s);
-  GateUpGegluKernel<<<Blocks(gate.rows, kGluRows), 32 * kWarps, StagedBytes(gate.cols), s>>>(
-      gate, up, x, h);
+  LaunchKernel(GateUpGegluKernel, Blocks(gate.rows, kGluRows), 32 * kWarps, StagedBytes(gate.cols),
+               s, gate, up, x, h);
   return cudaGetLastError();
 }
 
@@ -844,8 +867,8 @@ cudaError_t LaunchExpertGateUp(const ExpertMats& e, const uint8_t* const* blobs,
     return LaunchFast(f, true, MatVecBatch{}, e.gate, e.up, e.gate.rows, e.gate.cols,
                       static_cast<unsigned>(n), blobs, idx, x, x_stride, h, s);
   const dim3 grid(Blocks(e.gate.rows, kGluRows), static_cast<unsigned>(n), 1);
-  ExpertGateUpKernel<<<grid, 32 * kWarps, StagedBytes(e.gate.cols), s>>>(e, blobs, idx, x, x_stride,
-                                                                         h);
+  LaunchKernel(ExpertGateUpKernel, grid, 32 * kWarps, StagedBytes(e.gate.cols), s, e, blobs, idx, x,
+               x_stride, h);
   return cudaGetLastError();
 }
 
@@ -863,7 +886,8 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
                       static_cast<unsigned>(n), blobs, idx, h, 0, nullptr, s);
   }
   const dim3 grid(Blocks(e.down.rows, kBlockRows), static_cast<unsigned>(n), 1);
-  ExpertDownKernel<<<grid, 32 * kWarps, StagedBytes(e.down.cols), s>>>(e, blobs, idx, h, y);
+  LaunchKernel(ExpertDownKernel, grid, 32 * kWarps, StagedBytes(e.down.cols), s, e, blobs, idx, h,
+               y);
   return cudaGetLastError();
 }
 
@@ -879,11 +903,11 @@ cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* co
                                            : cudaErrorNotSupported;
     if (err != cudaErrorNotSupported) return err;
     const dim3 grid(Blocks(w.rows, kTN), Blocks(max_rows, kTM), static_cast<unsigned>(groups));
-    MatMulTf32Kernel<<<grid, kTThreads, 0, s>>>(w, blobs, row0, rows, 0, gather, x, y);
+    LaunchKernel(MatMulTf32Kernel, grid, kTThreads, 0, s, w, blobs, row0, rows, 0, gather, x, y);
     return cudaGetLastError();
   }
   const dim3 grid(Blocks(w.rows, kBN), Blocks(max_rows, kBM), static_cast<unsigned>(groups));
-  MatMulKernel<<<grid, kMmThreads, 0, s>>>(w, blobs, row0, rows, 0, gather, x, y);
+  LaunchKernel(MatMulKernel, grid, kMmThreads, 0, s, w, blobs, row0, rows, 0, gather, x, y);
   return cudaGetLastError();
 }
 

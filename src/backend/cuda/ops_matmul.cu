@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul.h"
 
 namespace rw::cuda {
@@ -54,6 +55,7 @@ template <int kWM, int kWN, int kBits>
 __global__ void __launch_bounds__(32 * kWM * kWN, 16 / (kWM * kWN))
     AffineMatMulKernel(DevMat w, const uint8_t* const* blobs, const int* row0s, const int* rowss,
                        int64_t dense_rows, const int* gather, const float* x, float* y) {
+  PdlEnter();
   constexpr int kT = 32 * kWM * kWN, kBM = 32 * kWM, kBN = 32 * kWN;
   constexpr int kPer = 32 / kBits, kWpr = kBK / kPer;  // codes per word, words per tile row
   constexpr int kXV = kBM * (kBK / 4) / kT;            // X float4s per thread per step
@@ -206,7 +208,8 @@ cudaError_t Launch(const DevMat& w, const uint8_t* const* blobs, int groups, con
   if (attr != cudaSuccess) return attr;
   const dim3 grid(Blocks(w.rows, 32 * kWN), Blocks(max_rows, 32 * kWM),
                   static_cast<unsigned>(groups));
-  kernel<<<grid, 32 * kWM * kWN, kBytes, s>>>(w, blobs, row0s, rowss, dense_rows, gather, x, y);
+  LaunchKernel(kernel, grid, 32 * kWM * kWN, kBytes, s, w, blobs, row0s, rowss, dense_rows, gather,
+               x, y);
   return cudaGetLastError();
 }
 

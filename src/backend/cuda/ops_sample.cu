@@ -4,6 +4,7 @@
 // winner rule (largest score; equal scores: larger logit, then smaller id; NaN logits skipped).
 #include <cuda_runtime.h>
 
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops.h"
 
 namespace rw::cuda {
@@ -64,6 +65,7 @@ __device__ Best BlockBest(Best mine) {
 
 __global__ void GumbelPartial(const float* logits, int n, uint64_t seed, int64_t position,
                               Best* partial) {
+  PdlEnter();
   Best mine{0, 0, -1};
   for (int i = blockIdx.x * kThreads + threadIdx.x; i < n; i += gridDim.x * kThreads) {
     const float z = logits[i];
@@ -76,6 +78,7 @@ __global__ void GumbelPartial(const float* logits, int n, uint64_t seed, int64_t
 }
 
 __global__ void GumbelFinal(const Best* partial, int n, int* out) {
+  PdlEnter();
   Best mine{0, 0, -1};
   for (int i = threadIdx.x; i < n; i += kThreads)
     if (Better(partial[i], mine)) mine = partial[i];
@@ -92,8 +95,9 @@ size_t GumbelSampleScratchBytes() {
 cudaError_t LaunchGumbelSample(const float* logits, int64_t n, uint64_t seed, int64_t position,
                                void* scratch, int* out, cudaStream_t s) {
   Best* partial = static_cast<Best*>(scratch);
-  GumbelPartial<<<kBlocks, kThreads, 0, s>>>(logits, static_cast<int>(n), seed, position, partial);
-  GumbelFinal<<<1, kThreads, 0, s>>>(partial, kBlocks, out);
+  LaunchKernel(GumbelPartial, kBlocks, kThreads, 0, s, logits, static_cast<int>(n), seed, position,
+               partial);
+  LaunchKernel(GumbelFinal, 1, kThreads, 0, s, partial, kBlocks, out);
   return cudaGetLastError();
 }
 
