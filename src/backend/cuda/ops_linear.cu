@@ -18,6 +18,7 @@
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/matvec_tc.h"
 #include "backend/cuda/ops.h"
 
 namespace rw::cuda {
@@ -530,6 +531,28 @@ cudaError_t LaunchFast(FastShape f, bool gateup, const MatVecBatch& b, const Dev
                        const DevMat& up, int64_t rows, int64_t cols, unsigned slots,
                        const uint8_t* const* blobs, const int* idx, const float* x,
                        int64_t x_stride, float* h, cudaStream_t s) {
+  {  // 4-bit weights: the tensor-core kernel (ops_matvec_tc.cu) when it takes the shape
+    TcMatVec t;
+    t.gateup = gateup;
+    if (gateup) {
+      t.w[0] = gate;
+      t.w[1] = up;
+    } else {
+      for (int i = 0; i < 3; ++i) {
+        t.w[i] = b.w[i];
+        t.y[i] = b.y[i];
+      }
+    }
+    t.rows = rows;
+    t.cols = cols;
+    t.slots = slots;
+    t.blobs = blobs;
+    t.idx = idx;
+    t.x = x;
+    t.x_stride = x_stride;
+    t.h = h;
+    if (const cudaError_t e = LaunchAffineMatVecTc(t, s); e != cudaErrorNotSupported) return e;
+  }
   using Fn = decltype(&LaunchFastT<4, 1>);
   static constexpr Fn kFns[2][6] = {{LaunchFastT<4, 1>, LaunchFastT<4, 2>, LaunchFastT<4, 3>,
                                      LaunchFastT<4, 4>, LaunchFastT<4, 6>, LaunchFastT<4, 8>},

@@ -1,0 +1,39 @@
+// Decode matvec for 4-bit affine weights on tensor cores (ops_matvec_tc.cu), called by the
+// launchers of ops_linear.cu before their SIMT kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/ops.h"
+
+namespace rw::cuda {
+
+// One launch of the decode matvec family, as ops_linear.cu's fast kernels take it:
+//   plain (gateup false): for each blockIdx.y = j < slots, y_j = W_j·x_j where, with blobs,
+//     W_j is w[0] resolved against expert slot j's blob (table blobs[idx[j]] when idx is given,
+//     else blobs[j]), x_j = x + j·cols and y_j = y[0] + j·rows; without blobs, W_j = w[j] and
+//     y_j = y[j] (j < 3, shared x);
+//   gateup: h_j = gelu_tanh(gate·x_j) ⊙ (up·x_j), x_j = x + j·x_stride, h_j = h + j·rows
+//     (gate/up resolved against slot j's blob when blobs is given).
+// cudaErrorNotSupported unless REDWING_CUDA_MATVEC=tc asks for it (it measured slower than the
+// SIMT kernels so far), and when the weights are not 4-bit with groups of 32 or 64, the shapes
+// or addresses do not fit the kernel, the GPU is older than sm_80, or expert blobs may be in
+// host memory: the caller then takes the SIMT kernels.
+struct TcMatVec {
+  bool gateup = false;
+  DevMat w[3];  // plain: the matrices (w[0] only with blobs); gateup: w[0] gate, w[1] up
+  float* y[3] = {nullptr, nullptr, nullptr};
+  int64_t rows = 0, cols = 0;  // rows: the largest of the matrices
+  unsigned slots = 1;
+  const uint8_t* const* blobs = nullptr;
+  const int* idx = nullptr;
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  float* h = nullptr;
+};
+
+cudaError_t LaunchAffineMatVecTc(const TcMatVec& a, cudaStream_t s);
+
+}  // namespace rw::cuda
