@@ -558,6 +558,59 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
   }
 }
 
+// The tiled prefill kernel (32 queries a block, key tiles of 32) against the reference, directly
+// and through LaunchAttention: query counts that are not multiples of the tile, chunks after
+// earlier chunks, windows the chunk crosses, rings the chunk wraps, GQA 1/2/8, head dims padded
+// to 128/256/512. Slots no position reached hold NaN and the output starts as NaN, so a read of
+// an unwritten key or an unwritten output fails the comparison.
+TEST(CudaOps, PrefillAttentionTiles) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(9);
+  struct Case {
+    int nh, nkv, hd;
+    int64_t window, m, pos0, cap;
+  };
+  const std::vector<Case> cases = {
+      {2, 2, 32, 0, 1, 0, 64},         {4, 2, 32, 16, 7, 30, 22},
+      {4, 4, 64, 16, 45, 0, 60},       {8, 1, 96, 0, 70, 13, 128},
+      {4, 2, 128, 64, 100, 200, 163},  {2, 2, 36, 16, 50, 5, 65},
+      {4, 2, 256, 1024, 600, 0, 1623}, {2, 1, 256, 1024, 600, 1500, 1623},
+      {2, 2, 256, 16, 33, 3000, 48},   {8, 1, 512, 0, 257, 300, 1024},
+      {16, 2, 512, 0, 33, 0, 64},      {2, 2, 512, 1024, 97, 1100, 1120},
+      {2, 1, 30, 0, 9, 3, 32},  // hd not a multiple of 4: LaunchAttention's split kernel
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("nh {} nkv {} hd {} window {} m {} pos0 {} cap {}", c.nh, c.nkv, c.hd,
+                             c.window, c.m, c.pos0, c.cap));
+    std::vector<float> kc(int64_t{c.nkv} * c.cap * c.hd, std::nanf("")), vc = kc;
+    for (int64_t p = 0; p < c.pos0 + c.m; ++p) {
+      const std::vector<float> k = Randn(c.nkv * c.hd, rng), v = Randn(c.nkv * c.hd, rng);
+      cpu::KvStore(kc.data(), vc.data(), c.nkv, c.hd, c.cap, p, k.data(), v.data());
+    }
+    const std::vector<float> q = Randn(c.m * c.nh * c.hd, rng, 0.3f);
+    const cpu::KvCacheView view{kc.data(), vc.data(), c.nkv, c.hd, c.cap};
+    std::vector<float> want(q.size());
+    cpu::ref::AttendBlock(q.data(), c.m, c.pos0, c.nh, view, c.window, 1.0f, want.data());
+    const std::vector<float> poison(q.size(), std::nanf(""));
+    Dev<float> dq(q), dk(kc), dv(vc), dout(poison), dout2(poison),
+        dpart(cuda::AttentionPartialFloats(c.m, c.nh, c.hd, 1));
+    Dev<int64_t> dpos(std::vector<int64_t>{c.pos0});
+    const cudaError_t e =
+        cuda::LaunchPrefillAttention(dq.p(), c.m, c.nh, dk.p(), dv.p(), c.nkv, c.hd, c.cap,
+                                     dpos.p(), c.window, 1.0f, dout.p(), nullptr);
+    if (c.hd % 4 != 0) {
+      EXPECT_EQ(e, cudaErrorNotSupported);
+    } else {
+      ASSERT_EQ(e, cudaSuccess);
+      EXPECT_LT(RelErr(dout.Get(), want), 1e-5);
+    }
+    ASSERT_EQ(cuda::LaunchAttention(dq.p(), c.m, c.nh, dk.p(), dv.p(), c.nkv, c.hd, c.cap, dpos.p(),
+                                    c.window, 1.0f, 1, dpart.p(), dout2.p(), nullptr),
+              cudaSuccess);
+    EXPECT_LT(RelErr(dout2.Get(), want), 1e-5) << "LaunchAttention";
+  }
+}
+
 TEST(CudaOps, RouterTopKAndMoeSum) {
   REQUIRE_CUDA();
   std::mt19937 rng(6);

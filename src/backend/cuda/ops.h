@@ -135,6 +135,14 @@ cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float*
                             const float* v_cache, int n_kv, int head_dim, int64_t capacity,
                             const int64_t* pos0, int64_t window, float scale, int splits,
                             float* partial, float* out, cudaStream_t s);
+// The tiled prefill kernel LaunchAttention takes for m > 1 with one split (no partial needed):
+// a block per 32 queries of a head, each K/V tile read once for all of them.
+// cudaErrorNotSupported when head_dim is not a multiple of 4 (or over 512), a pointer is not
+// 16-byte aligned, or the device cannot give the kernel its shared memory.
+cudaError_t LaunchPrefillAttention(const float* q, int64_t m, int n_heads, const float* k_cache,
+                                   const float* v_cache, int n_kv, int head_dim, int64_t capacity,
+                                   const int64_t* pos0, int64_t window, float scale, float* out,
+                                   cudaStream_t s);
 
 // ---- Router and MoE ---------------------------------------------------------------------------
 

@@ -1,8 +1,12 @@
-// Attention over the ring/linear KV cache, one kernel for decode and prefill: a block per
-// (key split, head, query) streams its keys in tiles of 32 with an online softmax, writing an
-// unnormalized partial (out, max, sum); a second kernel merges the splits. Decode uses many
-// splits so a long context still fills the GPU (split-KV); prefill uses one per query.
+// Attention over the ring/linear KV cache, the split kernel: a block per (key split, head,
+// query) streams its keys in tiles of 32 with an online softmax, writing an unnormalized partial
+// (out, max, sum); a second kernel merges the splits. Decode uses many splits so a long context
+// still fills the GPU (split-KV). Prefill (m > 1, one split) goes to the tiled kernel of
+// ops_attention_prefill.cu unless REDWING_CUDA_PREFILL_ATTN=split, which keeps one block per query.
 #include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
@@ -292,6 +296,17 @@ cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float*
   if (m <= 0) return cudaSuccess;
   if (head_dim > kMaxHeadDim || splits < 1 || n_kv <= 0 || n_heads % n_kv != 0)
     return cudaErrorInvalidValue;
+  // Prefill (several queries, one split each) takes the tiled kernel, which reads each K/V tile
+  // once per 32 queries; REDWING_CUDA_PREFILL_ATTN=split keeps the per-query kernel (comparison).
+  static const bool tiled = [] {
+    const char* e = std::getenv("REDWING_CUDA_PREFILL_ATTN");
+    return e == nullptr || std::strcmp(e, "split") != 0;
+  }();
+  if (tiled && m > 1 && splits == 1) {
+    const cudaError_t e = LaunchPrefillAttention(q, m, n_heads, k_cache, v_cache, n_kv, head_dim,
+                                                 capacity, pos0, window, scale, out, s);
+    if (e != cudaErrorNotSupported) return e;
+  }
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(n_heads),
                   static_cast<unsigned>(m));
   if (head_dim % 128 == 0)
