@@ -11,6 +11,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda_test_util.h"
 #include "base/bf16.h"
@@ -128,6 +129,61 @@ TEST(CudaOps, MatVecStridesOverManyRows) {
     ASSERT_EQ(cuda::LaunchMatVec(ToDevMat(dw->view()), dx.p(), dy.p(), nullptr), cudaSuccess);
     EXPECT_LT(RelErr(dy.Get(), want), 2e-6) << "group " << group;
   }
+}
+
+// The bf16 tensor-core prefill matmul (x in bf16 parts, the codes exact in bf16) against the
+// reference: 4/8-bit, groups 32/64/128, row counts odd or not a multiple of the tile, outputs not
+// a multiple of 128, K an odd multiple of 32 (half a 64-column step), long K, inputs with a
+// large common offset (then b·Σx carries most of each sum), both dense tiles; outputs poisoned
+// first. Gathered expert rows go through it in ExpertKernels.
+TEST(CudaOps, AffineMatMulBf16) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(31);
+  struct Case {
+    int bits, group;
+    int64_t n, k;
+    float offset;
+  };
+  const Case cases[] = {{4, 64, 200, 704, 0.f},  {8, 64, 130, 320, 3.f},  {4, 32, 7, 224, 0.f},
+                        {8, 32, 65, 96, 0.f},    {4, 128, 129, 384, 3.f}, {8, 128, 64, 256, 0.f},
+                        {4, 64, 300, 2816, 0.f}, {8, 64, 257, 2112, 1.f}};
+  double worst = 0;
+  for (const Case& c : cases) {
+    HostWeight h = RandomWeight(WeightType::kAffine, c.n, c.k, c.bits, c.group, rng);
+    auto dw = cuda::DeviceWeight::Upload(h.view);
+    ASSERT_TRUE(dw.ok());
+    const cuda::DevMat w = ToDevMat(dw->view());
+    for (int64_t m : {1, 17, 64, 133}) {
+      SCOPED_TRACE(fmt::format("bits {} group {} {}x{} m {}", c.bits, c.group, c.n, c.k, m));
+      std::vector<float> x = Randn(m * c.k, rng);
+      for (float& v : x) v += c.offset;
+      std::vector<float> want(m * c.n);
+      cpu::ref::MatMul(h.view, x.data(), m, want.data());
+      Dev<float> dx(x);
+      Dev<float> dy(std::vector<float>(want.size(), std::nanf("")));
+      ASSERT_EQ(cuda::LaunchAffineMatMulBf16(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, dx.p(),
+                                             dy.p(), nullptr),
+                cudaSuccess);
+      const double err = RelErr(dy.Get(), want);
+      EXPECT_LT(err, 1.5e-5);
+      worst = std::max(worst, err);
+    }
+  }
+  std::printf("bf16 matmul: worst relative error %.3g\n", worst);
+  // x not 16-byte aligned: not taken, so LaunchMatMul falls back to the simple kernel.
+  HostWeight h = RandomWeight(WeightType::kAffine, 70, 192, 4, 64, rng);
+  auto dw = cuda::DeviceWeight::Upload(h.view);
+  ASSERT_TRUE(dw.ok());
+  const int64_t m = 40;
+  const std::vector<float> x = Randn(m * 192 + 1, rng);
+  std::vector<float> want(m * 70);
+  cpu::ref::MatMul(h.view, x.data() + 1, m, want.data());
+  Dev<float> dx(x), dy(std::vector<float>(want.size(), std::nanf("")));
+  EXPECT_EQ(cuda::LaunchAffineMatMulBf16(ToDevMat(dw->view()), nullptr, 1, nullptr, nullptr, m, m,
+                                         nullptr, dx.p() + 1, dy.p(), nullptr),
+            cudaErrorNotSupported);
+  ASSERT_EQ(cuda::LaunchMatMul(ToDevMat(dw->view()), dx.p() + 1, m, dy.p(), nullptr), cudaSuccess);
+  EXPECT_LT(RelErr(dy.Get(), want), 1.5e-5);
 }
 
 TEST(CudaOps, MatVecMultiSharesTheInput) {

@@ -1,6 +1,7 @@
-// Prefill matmul for affine 4/8-bit weights on tensor cores (3xTF32, fp32-level accuracy), the
-// path every quantized prefill product takes on sm_80+ (ops_linear.cu keeps the simple kernels
-// for f32/bf16 weights, unaligned inputs and REDWING_CUDA_MATMUL=simt).
+// Prefill matmul for affine 4/8-bit weights on tensor cores (3xTF32, fp32-level accuracy),
+// replaced by the bf16 kernel of ops_matmul_bf16.cu and kept for comparison: every product takes
+// it under REDWING_CUDA_MATMUL=tf32pipe (ops_linear.cu keeps the simple kernels for f32/bf16
+// weights, unaligned inputs and REDWING_CUDA_MATMUL=simt).
 // Why it is faster than the simple 3xTF32 kernel (measured on the H200, docs/PERFORMANCE.md):
 //   - software pipelined: the next K step's X float4s and packed weight words are loaded into
 //     registers before the current step's MMAs, and stored (the weights dequantized) into the
@@ -238,6 +239,15 @@ cudaError_t LaunchAffineMatMulTc(const DevMat& w, const uint8_t* const* blobs, i
   if (w.type != DevMat::kAffine || (w.bits != 4 && w.bits != 8) || w.group % kBK != 0 ||
       w.cols % w.group != 0 || (reinterpret_cast<uintptr_t>(x) & 15u) != 0)
     return cudaErrorNotSupported;
+  static const bool bf16 = [] {
+    const char* e = std::getenv("REDWING_CUDA_MATMUL");
+    return e == nullptr || std::strcmp(e, "tf32pipe") != 0;
+  }();
+  if (bf16) {
+    const cudaError_t e = LaunchAffineMatMulBf16(w, blobs, groups, row0s, rowss, dense_rows,
+                                                 max_rows, gather, x, y, s);
+    if (e != cudaErrorNotSupported) return e;
+  }
   // Tile rows: 128 (8 warps) for dense products of ≥ 128 rows, else 32 (4 warps, 128 outputs
   // wide). REDWING_CUDA_MM_DENSE / REDWING_CUDA_MM_EXPERT = 32, 64 or 128 force one (for
   // comparison; 64 is the simple kernel's 64×64 shape).
