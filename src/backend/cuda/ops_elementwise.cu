@@ -506,6 +506,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const int c = threadIdx.x + u * kRowThreads;
     if (c < n) {
       float acc = 0.0f;
+#pragma unroll 8
       for (int q = 0; q < k; ++q) acc += s_w[q] * y[static_cast<int64_t>(s_row[q]) * n + c];
       mo[u] = acc;
     }
