@@ -628,6 +628,19 @@ unsigned Grid(int64_t n) {
   return Blocks(n, kThreads);
 }
 
+// Either MoE-finish kernel (next_w null: without the next layer's input norm).
+cudaError_t MoeFinishLaunch(const int* idx, const float* w, const int* rows, const float* y,
+                            int64_t m, int k, int n, const float* post1, const float* post2,
+                            float* m1, const float* post, float* x, float eps, float scalar,
+                            const float* next_w, float* next_out, cudaStream_t s) {
+  if (RegRows(n))
+    return LaunchKernel(MoeFinishRegKernel, static_cast<unsigned>(m), kRowThreads, 0, s, idx, w,
+                        rows, y, k, n, post1, post2, m1, post, x, eps, scalar, next_w, next_out);
+  LaunchKernel(MoeFinishKernel, static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4,
+               s, idx, w, rows, y, k, n, post1, post2, m1, post, x, eps, scalar, next_w, next_out);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 namespace {
@@ -789,14 +802,8 @@ cudaError_t LaunchMoeFinish(const int* idx, const float* w, const int* rows, con
                             cudaStream_t s) {
   if (m <= 0) return cudaSuccess;
   if (k > 32 || n > 12 * 1024) return cudaErrorInvalidValue;  // the row lives in shared memory
-  if (RegRows(n))
-    return LaunchKernel(MoeFinishRegKernel, static_cast<unsigned>(m), kRowThreads, 0, s, idx, w,
-                        rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, nullptr,
-                        nullptr);
-  LaunchKernel(MoeFinishKernel, static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4,
-               s, idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, nullptr,
-               nullptr);
-  return cudaGetLastError();
+  return MoeFinishLaunch(idx, w, rows, y, m, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar,
+                         nullptr, nullptr, s);
 }
 
 cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows, const float* y,
@@ -807,14 +814,8 @@ cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows,
   if (m <= 0) return cudaSuccess;
   if (k > 32 || n > 12 * 1024 || next_norm == nullptr || next_out == nullptr)
     return cudaErrorInvalidValue;
-  if (RegRows(n))
-    return LaunchKernel(MoeFinishRegKernel, static_cast<unsigned>(m), kRowThreads, 0, s, idx, w,
-                        rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, next_norm,
-                        next_out);
-  LaunchKernel(MoeFinishKernel, static_cast<unsigned>(m), kRowThreads, static_cast<size_t>(n) * 4,
-               s, idx, w, rows, y, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar, next_norm,
-               next_out);
-  return cudaGetLastError();
+  return MoeFinishLaunch(idx, w, rows, y, m, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar,
+                         next_norm, next_out, s);
 }
 
 cudaError_t LaunchResidualFfnInputs(float* x, const float* o, int64_t rows, int n,
