@@ -67,6 +67,24 @@ __device__ __forceinline__ float GeluTanh(float x) {
   return 0.5f * x * (1.0f + tanhf(inner));
 }
 
+// A warp's 32×32 corner of mma.m16n8 accumulators (2 row tiles of 16 × 4 column tiles of 8;
+// c0, c1 row gid, c2, c3 row gid + 8, columns 2·tig, 2·tig + 1) into y: rows row0 + r for
+// r = r_base + … < rows, columns n_base + … < N.
+__device__ __forceinline__ void StoreWarpTile(const float (&acc)[2][4][4], int64_t r_base,
+                                              int64_t n_base, int gid, int tig, int64_t rows,
+                                              int64_t N, int64_t row0, float* y) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t r = r_base + i * 16 + gid + (q >= 2 ? 8 : 0);
+        const int64_t n = n_base + j * 8 + tig * 2 + (q & 1);
+        if (r < rows && n < N) y[(row0 + r) * N + n] = acc[i][j][q];
+      }
+}
+
 inline unsigned Blocks(int64_t n, int per) {
   return static_cast<unsigned>((n + per - 1) / per);
 }

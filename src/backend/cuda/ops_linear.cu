@@ -754,16 +754,7 @@ __global__ void __launch_bounds__(kTThreads)
     }
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int64_t r = m0 + wm + i * 16 + gid + (q >= 2 ? 8 : 0);
-        const int64_t n = n0 + wn + j * 8 + tig * 2 + (q & 1);
-        if (r < rows && n < N) y[(row0 + r) * N + n] = acc[i][j][q];
-      }
+  StoreWarpTile(acc, m0 + wm, n0 + wn, gid, tig, rows, N, row0, y);
 }
 
 // REDWING_CUDA_MATMUL=tf32: the simple 3xTF32 kernel below for affine weights too, not

@@ -186,16 +186,7 @@ __global__ void __launch_bounds__(32 * kWM * kWN, 16 / (kWM * kWN))
     __syncthreads();
     buf ^= 1;
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int64_t r = m0 + wm + i * 16 + gid + (q >= 2 ? 8 : 0);
-        const int64_t n = n0 + wn + j * 8 + tig * 2 + (q & 1);
-        if (r < rows && n < N) y[(row0 + r) * N + n] = acc[i][j][q];
-      }
+  StoreWarpTile(acc, m0 + wm, n0 + wn, gid, tig, rows, N, row0, y);
 }
 
 template <int kWM, int kWN, int kBits>
