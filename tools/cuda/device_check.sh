@@ -44,9 +44,12 @@ fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   "$bin/copy_ceiling" 2>&1 | tee "$out/ceiling.txt"
   timeout 240 "$bin/backend_cuda_test" 2>&1 | tee "$out/backend_cuda_test.txt" | grep -E "^\[  |FAIL|Failure|device" | sed -n '1,80p'
-  # The opt-in tensor-core decode matvec for 4-bit weights (REDWING_CUDA_MATVEC=tc).
-  REDWING_CUDA_MATVEC=tc timeout 240 "$bin/backend_cuda_test" 2>&1 |
-    tee "$out/backend_cuda_test_tc.txt" | grep -E "^\[  (PASSED|FAILED)|FAIL|Failure" | sed -n '1,40p'
+  # The other decode matvec kernels: SIMT (REDWING_CUDA_MATVEC=simt) and the opt-in bf16
+  # tensor-core one for 4-bit weights (=tc); the default is the integer tensor-core kernel.
+  for mv in simt tc; do
+    REDWING_CUDA_MATVEC=$mv timeout 240 "$bin/backend_cuda_test" 2>&1 |
+      tee "$out/backend_cuda_test_$mv.txt" | grep -E "^\[  (PASSED|FAILED)|FAIL|Failure" | sed -n '1,40p'
+  done
   timeout 300 "$bin/cuda_parity_test" 2>&1 | tee "$out/cuda_parity_test.txt" | grep -E "^\[  |FAIL|parity|cuda|Failure" | sed -n '1,80p'
   timeout 120 "$bin/cuda_fault_test" 2>&1 | tee "$out/cuda_fault_test.txt" | grep -E "^\[  |FAIL|fault|Failure" | sed -n '1,40p'
 fi

@@ -1,5 +1,6 @@
-// Decode matvec for 4-bit affine weights on tensor cores (ops_matvec_tc.cu), called by the
-// launchers of ops_linear.cu before their SIMT kernels.
+// Decode matvec on tensor cores (ops_matvec_i8.cu: 4/8-bit codes as bytes on the integer MMA;
+// ops_matvec_tc.cu: 4-bit codes as bf16), called by the launchers of ops_linear.cu before their
+// SIMT kernels.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,5 +36,14 @@ struct TcMatVec {
 };
 
 cudaError_t LaunchAffineMatVecTc(const TcMatVec& a, cudaStream_t s);
+
+// The same launch on the integer tensor cores (ops_matvec_i8.cu), for 4-bit and 8-bit weights
+// with groups of 64: the default on sm_80+ (REDWING_CUDA_MATVEC=simt, generic or tc turns it
+// off). cudaErrorNotSupported where the shape, the addresses or the GPU do not fit, or expert
+// blobs may be in host memory.
+cudaError_t LaunchAffineMatVecI8(const TcMatVec& a, cudaStream_t s);
+
+// Whether this thread's expert launches may read blobs in host memory (SetHostExpertReads).
+bool HostExpertReads();
 
 }  // namespace rw::cuda

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops.h"
 
@@ -38,20 +39,6 @@ struct Layout {
                        kFloats = kL + kBq;
   static constexpr int kBytes = kFloats * 4;
 };
-
-__device__ __forceinline__ void CpAsync16(float* dst, const float* src, bool valid) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int kN>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kN) : "memory");
-}
 
 template <int kHd>
 __global__ void __launch_bounds__(kThreads, kHd >= 512 ? 1 : 2)

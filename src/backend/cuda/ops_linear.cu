@@ -1,7 +1,9 @@
 // Linear layers on the GPU for every weight format (f32, bf16, MLX affine 4/8-bit):
-//   matvec (decode): one warp per output row, lanes walk the packed words together and
-//     dequantize in registers; affine 4/8-bit rows take kernels specialized by width that load
-//     each warp's rows into registers before staging x (the "fast" kernels below);
+//   matvec (decode): affine 4/8-bit weights with groups of 64 go to the integer tensor-core
+//     kernel of ops_matvec_i8.cu (REDWING_CUDA_MATVEC=simt keeps them here); otherwise one warp
+//     per output row, lanes walk the packed words together and dequantize in registers; affine
+//     4/8-bit rows take kernels specialized by width that load each warp's rows into registers
+//     before staging x (the "fast" kernels below);
 //   matmul (prefill): each K step dequantizes a 64×32 weight tile into shared memory (never the
 //     whole matrix) and reuses it for all rows of the X tile; on sm_80+ the tile product runs on
 //     tensor cores as 3xTF32 (fp32 accuracy), else (or with REDWING_CUDA_MATMUL=simt) as fp32
@@ -535,7 +537,7 @@ cudaError_t LaunchFast(FastShape f, bool gateup, const MatVecBatch& b, const Dev
                        const DevMat& up, int64_t rows, int64_t cols, unsigned slots,
                        const uint8_t* const* blobs, const int* idx, const float* x,
                        int64_t x_stride, float* h, cudaStream_t s) {
-  {  // 4-bit weights: the tensor-core kernel (ops_matvec_tc.cu) when it takes the shape
+  {  // the tensor-core kernels (ops_matvec_i8.cu, ops_matvec_tc.cu) when they take the shape
     TcMatVec t;
     t.gateup = gateup;
     if (gateup) {
@@ -555,6 +557,7 @@ cudaError_t LaunchFast(FastShape f, bool gateup, const MatVecBatch& b, const Dev
     t.x = x;
     t.x_stride = x_stride;
     t.h = h;
+    if (const cudaError_t e = LaunchAffineMatVecI8(t, s); e != cudaErrorNotSupported) return e;
     if (const cudaError_t e = LaunchAffineMatVecTc(t, s); e != cudaErrorNotSupported) return e;
   }
   using Fn = decltype(&LaunchFastT<4, 1>);

@@ -88,17 +88,6 @@ __device__ __forceinline__ uint4 Codes8(uint32_t w0, uint32_t w1) {
   return make_uint4(r[0], r[1], r[2], r[3]);
 }
 
-// 16 (4) bytes global → shared without registers (zero-filled when !ok).
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-               "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
-}
-
 template <int kWM, int kWN, int kBits>
 constexpr int SmemBytes() {
   // Per buffer: X planes [3][kBM][64] bf16, W [kBN][64] bf16, scales and biases
@@ -210,7 +199,7 @@ __global__ void __launch_bounds__(32 * kWM * kWN, 16 / (kWM * kWN))
         CpAsync4(sbraw + 2 * kBN + e, bok ? word_of(w.biases + gi) : w.biases, bok);
       }
     }
-    asm volatile("cp.async.commit_group;");
+    CpAsyncCommit();
   };
   // The bf16 at a + gi from its word as loaded (or read directly at an edge), widened.
   auto sb_value = [&](const uint16_t* a, int gi, uint32_t word) {
@@ -222,8 +211,8 @@ __global__ void __launch_bounds__(32 * kWM * kWN, 16 / (kWM * kWN))
   auto store = [&](int buf) {
     uint4* xb = xs + buf * kXWords;
     float* xsb = xsum + buf * kBM * 2;
-    asm volatile("cp.async.wait_group 0;" ::: "memory");  // this thread's own chunks
-    uint32_t p[2][3][4];                                  // [row of the pair][part][chunk register]
+    CpAsyncWait<0>();     // this thread's own chunks
+    uint32_t p[2][3][4];  // [row of the pair][part][chunk register]
 #pragma unroll
     for (int i = 0; i < kXC; ++i) {
       const int r = xrow(i);

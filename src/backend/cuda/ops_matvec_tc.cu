@@ -306,6 +306,10 @@ void SetHostExpertReads(bool may) {
   t_host_reads = may;
 }
 
+bool HostExpertReads() {
+  return t_host_reads;
+}
+
 cudaError_t LaunchAffineMatVecTc(const TcMatVec& a, cudaStream_t s) {
   if (!Allowed() || a.rows <= 0 || a.slots == 0) return cudaErrorNotSupported;
   // A quad reads 32 bytes of each of 8 rows: fine for DRAM, poor PCIe requests (the SIMT

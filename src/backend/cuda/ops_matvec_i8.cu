@@ -1,0 +1,482 @@
+// Decode matvec y = W·x for 4-bit and 8-bit affine weights on the integer tensor cores.
+//
+// Why: the SIMT kernels spend ~5 instructions per weight (unpack, s·q + b, FMA, x from shared
+// memory) and, at one token, are bound by instruction issue and DRAM round trips rather than
+// bandwidth. Here a code q goes to mma.m16n8k32 as the unsigned byte it is (4-bit codes after
+// one mask, 8-bit codes as stored), and per group of G columns
+//   Σ_k (s·q_k + b)·x_k = s·Σ_k q_k·x_k + b·Σ_k x_k.
+// x is brought into integers per group: with E the group's largest exponent, x·2^(26−E) is
+// rounded to a 28-bit integer X (exact scaling by a power of two; the rounding is 2^-27 of the
+// group's largest |x|, below fp32's own rounding of the products) and cut into four signed
+// bytes X = 2^21·p3 + 2^14·p2 + 2^7·p1 + p0 (p3 signed, the others 0..127). The four parts are
+// four of the MMA's 8 columns, so Σ q·p is exact in int32 and only the combination per group
+// rounds (fp32). Results therefore differ from the SIMT kernels' fp32 FMA chain by rounding only
+// (the kernel tests bound it against the CPU reference).
+//
+// Layout: a block has kTiles × kSlices warps; tile t covers 16 rows, slice j a share of the
+// groups of K. In m16n8k32 lane (g, c) of a quad holds k-slots 4c..4c+3 and 16+4c..16+4c+3 of
+// rows g and g + 8. Which real column a slot stands for is free as long as B uses the same
+// assignment: each lane reads whole words of its rows (4-bit: (w & 0x0F0F0F0F) holds the even
+// nibbles, (w >> 4) & 0x0F0F0F0F the odd ones; 8-bit: two words), so the eight columns a lane
+// covers per MMA are always 8 consecutive ones, a "unit". x's byte parts are staged in shared
+// memory in that order, so a B fragment is one 8-byte load.
+//
+// Loads: a block copies its rows' codes, scales and biases into shared memory with cp.async
+// (consecutive threads take consecutive 16-byte pieces: whole cache lines, good PCIe requests
+// on the mapped path too), so no registers are held while x is staged. A dense matrix's copies
+// are issued before the kernel waits for its predecessor (PDL), so their DRAM round trip
+// overlaps the previous kernel; expert weights wait for the routing. A launch has one row block
+// per block (q/k/v: the three matrices' blocks one after another), except the LM head, whose
+// blocks stride over the rows with the next block's copies in flight.
+//
+// Measured on the H200 (docs/CUDA.md): decode 271/276 → 296/302 tok/s against the SIMT kernels
+// (REDWING_CUDA_MATVEC=simt) in the same run.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/device_math.cuh"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/matvec_tc.h"
+
+namespace rw::cuda {
+namespace {
+
+__device__ __forceinline__ void MmaU8S8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+struct Args {
+  int gateup;
+  DevMat w[3];
+  float* y[3];
+  int64_t rows, cols;
+  const uint8_t* const* blobs;
+  const int* idx;
+  const float* x;
+  int64_t x_stride;
+  float* h;
+  unsigned slots;
+  int nmat;       // plain without blobs: the matrices sharing x (their tiles one after another)
+  int64_t turns;  // row blocks in all (per slot with blobs)
+};
+
+// Bytes (low 8 bits) of a, b, c, d packed as one word, a lowest.
+__device__ __forceinline__ uint32_t Pack4(int a, int b, int c, int d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
+// Stages x as B fragments: frag[(unit-MMA m of group gi)][part p][quad lane c] = {b0, b1}, the
+// four parts' bytes of the unit's 8 columns (4-bit: even columns in b0, odd in b1, matching the
+// nibble masks; 8-bit: first four in b0). Also per group 2^(E−26) (the integers' scale) and Σx.
+// Every thread of the block must call it; x is 16-byte aligned and cols a multiple of G.
+template <int kBits, int G>
+__device__ __forceinline__ void StageParts(const float* x, int cols, uint2* frag, float* gdown,
+                                           float* gsum) {
+  constexpr int kUpg = G / 8;   // units per group
+  constexpr int kMpg = G / 32;  // MMAs per group
+  const int units = cols / 8;
+  const int lane = threadIdx.x & 31;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  for (int u0 = threadIdx.x - lane; u0 < units; u0 += blockDim.x) {  // warp-uniform
+    const int u = u0 + lane;
+    const bool in = u < units;
+    const float4 lo = in ? __ldg(x4 + 2 * u) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 hi = in ? __ldg(x4 + 2 * u + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    float m = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(v[k]));
+    float s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    // The group's units are kUpg consecutive lanes (G/8 divides 32): a butterfly gives every lane
+    // the same bits (each step adds the same two values, in either order).
+#pragma unroll
+    for (int o = 1; o < kUpg; o <<= 1) {
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      s += __shfl_xor_sync(0xffffffffu, s, o);
+    }
+    // m < 2^(e+1) with e its unbiased exponent: X = x·2^(26−e) has |X| < 2^27.
+    const int e = static_cast<int>((__float_as_uint(m) >> 23) & 255u) - 127;
+    const int sh = min(26 - e, 126);
+    const float up = __uint_as_float(static_cast<uint32_t>(sh + 127) << 23);
+    int xi[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) xi[k] = __float2int_rn(v[k] * up);
+    if (in) {
+      const int gi = u / kUpg, ui = u % kUpg;
+      const int c = ui / kMpg, mm = ui % kMpg;
+      uint2* f = frag + (gi * kMpg + mm) * 16 + c;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        int p[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) p[k] = q == 3 ? xi[k] >> 21 : (xi[k] >> (7 * q)) & 127;
+        uint2 b;
+        if (kBits == 4) {
+          b.x = Pack4(p[0], p[2], p[4], p[6]);
+          b.y = Pack4(p[1], p[3], p[5], p[7]);
+        } else {
+          b.x = Pack4(p[0], p[1], p[2], p[3]);
+          b.y = Pack4(p[4], p[5], p[6], p[7]);
+        }
+        f[q * 4] = b;
+      }
+      if (ui == 0) {
+        gdown[gi] = __uint_as_float(static_cast<uint32_t>(127 - sh) << 23);
+        gsum[gi] = s;
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Shared memory of a launch: x's fragments and group factors, then `stages` buffers each holding
+// a turn's codes (16 rows per tile, rows padded so the lanes' fragment loads avoid bank
+// conflicts) and the aligned words that hold each row's bf16 scales, then its biases.
+struct SmemPlan {
+  int cols, bits, tiles, stages;
+  __host__ __device__ int Groups() const { return cols / 64; }
+  __host__ __device__ int RowBytes() const { return cols * bits / 8; }
+  // Row stride ≡ 8 words (4-bit: a quad's 8-byte loads of 4 rows cover the banks once) or 16
+  // words (8-bit, 16-byte loads of 2 rows) modulo 32.
+  __host__ __device__ int Stride() const {
+    const int words = RowBytes() / 4, target = bits == 4 ? 8 : 16;
+    return (words + ((target - words % 32) + 32) % 32) * 4;
+  }
+  __host__ __device__ int ScaleWords() const { return Groups() / 2 + 2; }  // per row, per array
+  // (rounded to 128 bytes: the stages take 16-byte cp.async copies)
+  __host__ __device__ int XBytes() const { return (cols * 4 + Groups() * 8 + 127) / 128 * 128; }
+  __host__ __device__ int CodeBytes() const { return tiles * 16 * Stride(); }
+  __host__ __device__ int StageBytes() const {
+    return CodeBytes() + tiles * 16 * 2 * ScaleWords() * 4;
+  }
+  __host__ __device__ int Bytes() const { return XBytes() + stages * StageBytes(); }
+};
+
+// Where the block's rows of a turn come from: matrix `mat` (of q/k/v; 0 otherwise), first row.
+struct TurnPos {
+  int mat;
+  int64_t row0;
+};
+
+// bf16 element i of an array whose row starts at global address p, copied as the aligned words
+// that hold it (cp.async moves at least 4 bytes).
+__device__ __forceinline__ float ScaleAt(const uint32_t* words, const uint16_t* p, int i) {
+  const int off = static_cast<int>((reinterpret_cast<uintptr_t>(p) & 2u) >> 1);
+  return Bf16Bits(reinterpret_cast<const uint16_t*>(words)[off + i]);
+}
+
+// Copies the rows [row0, row0 + 16) of w for tile t of a stage (zeros past the end).
+__device__ __forceinline__ void IssueTile(const DevMat& w, int64_t row0, const SmemPlan& sp,
+                                          uint8_t* codes, uint32_t* sb) {
+  const int rb = sp.RowBytes(), n16 = rb / 16, stride = sp.Stride(), sw = sp.ScaleWords();
+  const int gpr = sp.Groups();
+  const uint8_t* data = static_cast<const uint8_t*>(w.data);
+  for (int e = threadIdx.x; e < 16 * n16; e += blockDim.x) {
+    const int i = e / n16, ch = e % n16;
+    const int64_t row = row0 + i;
+    const bool ok = row < w.rows;
+    CpAsync16(codes + i * stride + ch * 16, ok ? data + row * rb + ch * 16 : data, ok);
+  }
+  for (int e = threadIdx.x; e < 16 * 2 * sw; e += blockDim.x) {
+    const int i = e / (2 * sw), which = (e / sw) % 2, wd = e % sw;
+    const int64_t row = row0 + i;
+    const uint16_t* p = (which == 0 ? w.scales : w.biases) + (row < w.rows ? row : 0) * gpr;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const int n_words = static_cast<int>(((a & 2u) + 2u * gpr + 3u) / 4u);
+    const bool ok = row < w.rows && wd < n_words;
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(a & ~static_cast<uintptr_t>(3)) + wd;
+    CpAsync4(sb + (i * 2 + which) * sw + wd, ok ? src : reinterpret_cast<const uint32_t*>(w.scales),
+             ok);
+  }
+}
+
+// The lane's partial sums of rows g (acc_a) and g + 8 (acc_b) of one tile over groups
+// [g0, g1), from the codes and scales in shared memory.
+template <int kBits>
+__device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const SmemPlan& sp,
+                                            const uint8_t* codes, const uint32_t* sb, int g0,
+                                            int g1, const uint2* frag, const float* gdown,
+                                            const float* gsum, float& acc_a, float& acc_b) {
+  const int lane = threadIdx.x & 31, c = lane & 3, g = lane >> 2, part = g;
+  const int stride = sp.Stride(), sw = sp.ScaleWords(), gpr = sp.Groups();
+  const uint8_t* ca = codes + g * stride;
+  const uint8_t* cbr = codes + (g + 8) * stride;
+  const uint32_t* sa = sb + (g * 2) * sw;
+  const uint32_t* sbb = sb + ((g + 8) * 2) * sw;
+  // The global rows' scale/bias addresses only for their alignment (the halves' offsets).
+  const uint16_t* psa = w.scales + (row0 + g) * gpr;
+  const uint16_t* psb = w.scales + (row0 + g + 8) * gpr;
+  const uint16_t* pba = w.biases + (row0 + g) * gpr;
+  const uint16_t* pbb = w.biases + (row0 + g + 8) * gpr;
+  // Quad lane 0 holds parts 0 and 1 (×1, ×2^7), lane 1 parts 2 and 3 (×2^14, ×2^21).
+  const float pw = c == 0 ? 1.0f : 16384.0f;
+#pragma unroll 2
+  for (int gi = g0; gi < g1; ++gi) {
+    int acc[4] = {0, 0, 0, 0};
+    if (kBits == 4) {
+      const uint2 wa = *reinterpret_cast<const uint2*>(ca + gi * 32 + c * 8);
+      const uint2 wb = *reinterpret_cast<const uint2*>(cbr + gi * 32 + c * 8);
+      const uint32_t xa[2] = {wa.x, wa.y}, xb[2] = {wb.x, wb.y};
+#pragma unroll
+      for (int mm = 0; mm < 2; ++mm) {
+        const uint2 bf = part < 4 ? frag[(gi * 2 + mm) * 16 + part * 4 + c] : make_uint2(0u, 0u);
+        MmaU8S8(acc, xa[mm] & 0x0F0F0F0Fu, xb[mm] & 0x0F0F0F0Fu, (xa[mm] >> 4) & 0x0F0F0F0Fu,
+                (xb[mm] >> 4) & 0x0F0F0F0Fu, bf.x, bf.y);
+      }
+    } else {
+      const uint4 wa = *reinterpret_cast<const uint4*>(ca + gi * 64 + c * 16);
+      const uint4 wb = *reinterpret_cast<const uint4*>(cbr + gi * 64 + c * 16);
+      const uint2 b0 = part < 4 ? frag[(gi * 2) * 16 + part * 4 + c] : make_uint2(0u, 0u);
+      const uint2 b1 = part < 4 ? frag[(gi * 2 + 1) * 16 + part * 4 + c] : make_uint2(0u, 0u);
+      MmaU8S8(acc, wa.x, wb.x, wa.y, wb.y, b0.x, b0.y);
+      MmaU8S8(acc, wa.z, wb.z, wa.w, wb.w, b1.x, b1.y);
+    }
+    if (c < 2) {
+      const float d = gdown[gi] * pw;
+      const float va = fmaf(static_cast<float>(acc[1]), 128.0f, static_cast<float>(acc[0]));
+      const float vb = fmaf(static_cast<float>(acc[3]), 128.0f, static_cast<float>(acc[2]));
+      acc_a = fmaf(va, ScaleAt(sa, psa, gi) * d, acc_a);
+      acc_b = fmaf(vb, ScaleAt(sbb, psb, gi) * d, acc_b);
+      if (c == 0) {
+        const float xs = gsum[gi];
+        acc_a = fmaf(ScaleAt(sa + sw, pba, gi), xs, acc_a);
+        acc_b = fmaf(ScaleAt(sbb + sw, pbb, gi), xs, acc_b);
+      }
+    }
+  }
+}
+
+// Blocks of kTiles × kSlices warps. Plain: tile t covers rows 16t..16t+15 of the block's rows of
+// one matrix; gateup (kTiles 2): tile 0 the gate rows, tile 1 the same up rows.
+// 64 registers: four 256-thread blocks per SM, so the 512 row blocks of a q/k/v launch and the
+// 352 of an expert launch take one wave (shared memory allows it: 33–63 KB a block).
+template <int kBits, int kTiles, int kSlices>
+__global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * kSlices))
+    AffineMatVecI8Kernel(Args a, int stages) {
+  PdlLaunchDependents();
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  __shared__ float red[kTiles][kSlices][16];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int tile = warp / kSlices, slice = warp % kSlices;
+  const int j = blockIdx.y;
+  const int cols = static_cast<int>(a.cols);
+  const SmemPlan sp{cols, kBits, kTiles, stages};
+  uint2* frag = reinterpret_cast<uint2*>(smem_raw);
+  float* gdown = reinterpret_cast<float*>(smem_raw + 4 * static_cast<size_t>(cols));
+  float* gsum = gdown + sp.Groups();
+  uint8_t* stage0 = smem_raw + sp.XBytes();
+  const int rows_per_block = a.gateup ? 16 : 16 * kTiles;
+  bool waited = false;
+  const float* x = a.x;
+  DevMat wb0, wb1;  // with blobs: the slot's matrices (gateup: gate, up)
+  float* yb = nullptr;
+  if (a.blobs != nullptr) {
+    PdlWait();  // the blob is the router's choice
+    waited = true;
+    const uint8_t* blob = a.idx != nullptr ? a.blobs[a.idx[j]] : a.blobs[j];
+    wb0 = Resolve(a.w[0], blob);
+    wb1 = a.gateup ? Resolve(a.w[1], blob) : wb0;
+    x += j * (a.gateup ? a.x_stride : a.w[0].cols);
+    yb = a.gateup ? a.h + j * a.rows : a.y[0] + j * a.rows;
+  }
+  // Turn → matrix and first row (q/k/v: the matrices' tiles one after another).
+  auto locate = [&](int64_t turn) {
+    TurnPos p{0, turn * rows_per_block};
+    if (a.blobs == nullptr && !a.gateup) {
+      for (int m = 0; m + 1 < a.nmat; ++m) {
+        const DevMat& wm = m == 0 ? a.w[0] : a.w[1];
+        const int64_t tiles = (wm.rows + rows_per_block - 1) / rows_per_block;
+        if (turn < tiles) break;
+        turn -= tiles;
+        p.mat = m + 1;
+        p.row0 = turn * rows_per_block;
+      }
+    }
+    return p;
+  };
+  auto matrix = [&](const TurnPos& p, int t) -> DevMat {
+    if (a.blobs != nullptr) return a.gateup && t == 1 ? wb1 : wb0;
+    if (a.gateup) return t == 0 ? a.w[0] : a.w[1];
+    return p.mat == 0 ? a.w[0] : p.mat == 1 ? a.w[1] : a.w[2];
+  };
+  auto issue = [&](int64_t turn, int buf) {
+    const TurnPos p = locate(turn);
+    uint8_t* st = stage0 + buf * sp.StageBytes();
+    for (int t = 0; t < kTiles; ++t)
+      IssueTile(matrix(p, t), p.row0 + (a.gateup ? 0 : 16 * t), sp, st + t * 16 * sp.Stride(),
+                reinterpret_cast<uint32_t*>(st + sp.CodeBytes()) + t * 16 * 2 * sp.ScaleWords());
+    CpAsyncCommit();
+  };
+  const int ng = sp.Groups();
+  const int g_begin = slice * ng / kSlices, g_end = (slice + 1) * ng / kSlices;
+  int64_t turn = blockIdx.x;
+  if (turn < a.turns) issue(turn, 0);  // dense weights: before the wait
+  if (!waited) PdlWait();
+  StageParts<kBits, 64>(x, cols, frag, gdown, gsum);
+  for (int k = 0; turn < a.turns; turn += gridDim.x, ++k) {
+    const int64_t next = turn + gridDim.x;
+    const int buf = stages > 1 ? k % 2 : 0;
+    if (stages > 1 && next < a.turns) {
+      issue(next, 1 - buf);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    const TurnPos p = locate(turn);
+    const DevMat w = matrix(p, tile);
+    const int64_t r0 = p.row0 + (a.gateup ? 0 : 16 * tile);
+    const uint8_t* st = stage0 + buf * sp.StageBytes();
+    float acc_a = 0.0f, acc_b = 0.0f;
+    ComputeTile<kBits>(
+        w, r0, sp, st + tile * 16 * sp.Stride(),
+        reinterpret_cast<const uint32_t*>(st + sp.CodeBytes()) + tile * 16 * 2 * sp.ScaleWords(),
+        g_begin, g_end, frag, gdown, gsum, acc_a, acc_b);
+    acc_a += __shfl_down_sync(0xffffffffu, acc_a, 1);
+    acc_b += __shfl_down_sync(0xffffffffu, acc_b, 1);
+    if ((lane & 3) == 0) {
+      red[tile][slice][lane >> 2] = acc_a;
+      red[tile][slice][(lane >> 2) + 8] = acc_b;
+    }
+    __syncthreads();
+    if (a.gateup) {
+      if (threadIdx.x < 16) {
+        const int64_t row = p.row0 + threadIdx.x;
+        float g = 0.0f, u = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) g += red[0][s][threadIdx.x];
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) u += red[1][s][threadIdx.x];
+        float* y = a.blobs != nullptr ? yb : a.h;
+        if (row < w.rows) y[row] = GeluTanh(g) * u;
+      }
+    } else if (threadIdx.x < 16 * kTiles) {
+      const int t = threadIdx.x / 16, r = threadIdx.x % 16;
+      const int64_t row = p.row0 + 16 * t + r;
+      float v = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kSlices; ++s) v += red[t][s][r];
+      float* y = a.blobs != nullptr ? yb : p.mat == 0 ? a.y[0] : p.mat == 1 ? a.y[1] : a.y[2];
+      if (row < matrix(p, 0).rows) y[row] = v;
+    }
+    __syncthreads();  // red and this stage's buffer are reused
+    if (stages == 1 && next < a.turns) issue(next, 0);
+  }
+}
+
+bool Allowed() {
+  static const bool on = [] {
+    const char* e = std::getenv("REDWING_CUDA_MATVEC");
+    if (e != nullptr && (std::strcmp(e, "simt") == 0 || std::strcmp(e, "generic") == 0 ||
+                         std::strcmp(e, "tc") == 0))
+      return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 8;
+  }();
+  return on;
+}
+
+bool Fits(const DevMat& w, int64_t cols, int bits) {
+  return w.type == DevMat::kAffine && w.bits == bits && w.group == 64 && w.cols == cols &&
+         (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0;
+}
+
+template <int kBits, int kTiles, int kSlices>
+cudaError_t LaunchT(Args& args, cudaStream_t s) {
+  auto* kernel = AffineMatVecI8Kernel<kBits, kTiles, kSlices>;
+  constexpr int kThreads = 32 * kTiles * kSlices;
+  const int rows_per_block = args.gateup ? 16 : 16 * kTiles;
+  args.turns = 0;
+  if (args.blobs != nullptr || args.gateup) {
+    args.turns = (args.rows + rows_per_block - 1) / rows_per_block;
+  } else {
+    for (int m = 0; m < args.nmat; ++m)
+      args.turns += (args.w[m].rows + rows_per_block - 1) / rows_per_block;
+  }
+  SmemPlan sp{static_cast<int>(args.cols), kBits, kTiles, 1};
+  static int max_smem = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    return v;
+  }();
+  if (sp.Bytes() + 2048 > max_smem) return cudaErrorNotSupported;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem - 2048);
+  if (attr != cudaSuccess) return cudaErrorNotSupported;
+  unsigned blocks = static_cast<unsigned>(args.turns);
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, sp.Bytes());
+  const unsigned cap = static_cast<unsigned>(std::max(sms, 1) * std::max(per_sm, 1));
+  if (args.blobs == nullptr && blocks > cap) {
+    // The LM head: blocks stride over the rows, the next turn's rows loading during this one's.
+    sp.stages = 2;
+    if (sp.Bytes() + 2048 > max_smem) sp.stages = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, sp.Bytes());
+    blocks = static_cast<unsigned>(std::max(sms, 1) * std::max(per_sm, 1));
+  }
+  const unsigned slots = args.blobs != nullptr ? args.slots : 1;
+  return LaunchKernel(kernel, dim3(blocks, slots, 1), kThreads, static_cast<size_t>(sp.Bytes()), s,
+                      args, sp.stages);
+}
+
+// The block shape: 16-row tiles × K slices of 8 warps in all (short rows: four tiles of two
+// slices), so a warp covers a few groups of its tile.
+template <int kBits>
+cudaError_t LaunchBits(Args& args, cudaStream_t s) {
+  const int64_t ng = args.cols / 64;
+  if (args.gateup) return LaunchT<kBits, 2, 4>(args, s);  // a gate tile and its up tile
+  if (ng <= 16) return LaunchT<kBits, 4, 2>(args, s);     // short rows (expert down)
+  return LaunchT<kBits, 1, 8>(args, s);
+}
+
+}  // namespace
+
+cudaError_t LaunchAffineMatVecI8(const TcMatVec& a, cudaStream_t s) {
+  if (!Allowed() || a.rows <= 0 || a.slots == 0) return cudaErrorNotSupported;
+  // Expert blobs in host memory (the mapped path) take this kernel too, although a quad reads
+  // only 8–16 bytes of each row per load: the logits stay bit-identical to a resident run.
+  if ((reinterpret_cast<uintptr_t>(a.x) & 15u) != 0 || a.cols % 64 != 0 || a.cols > 8192)
+    return cudaErrorNotSupported;
+  if (a.gateup && a.blobs != nullptr && a.x_stride % 4 != 0) return cudaErrorNotSupported;
+  const int nmat = a.gateup ? 2 : (a.blobs != nullptr ? 1 : static_cast<int>(a.slots));
+  if (nmat > 3) return cudaErrorNotSupported;
+  const int bits = a.w[0].bits;
+  if (bits != 4 && bits != 8) return cudaErrorNotSupported;
+  for (int i = 0; i < nmat; ++i)
+    if (!Fits(a.w[i], a.cols, bits)) return cudaErrorNotSupported;
+  if (a.gateup && a.w[0].rows != a.w[1].rows) return cudaErrorNotSupported;
+  Args args{};
+  args.gateup = a.gateup ? 1 : 0;
+  for (int i = 0; i < 3; ++i) {
+    args.w[i] = a.w[i];
+    args.y[i] = a.y[i];
+  }
+  args.rows = a.rows;
+  args.cols = a.cols;
+  args.blobs = a.blobs;
+  args.idx = a.idx;
+  args.x = a.x;
+  args.x_stride = a.x_stride;
+  args.h = a.h;
+  args.nmat = nmat;
+  args.slots = a.slots;
+  return bits == 4 ? LaunchBits<4>(args, s) : LaunchBits<8>(args, s);
+}
+
+}  // namespace rw::cuda
