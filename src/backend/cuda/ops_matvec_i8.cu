@@ -153,11 +153,14 @@ struct SmemPlan {
     return (words + ((target - words % 32) + 32) % 32) * 4;
   }
   __host__ __device__ int ScaleWords() const { return Groups() / 2 + 2; }  // per row, per array
+  // A row's scales then biases, padded to an odd count of words: the 8 rows a warp reads at
+  // once then fall in 8 different banks.
+  __host__ __device__ int RowScaleWords() const { return 2 * ScaleWords() + 1; }
   // (rounded to 128 bytes: the stages take 16-byte cp.async copies)
   __host__ __device__ int XBytes() const { return (cols * 4 + Groups() * 8 + 127) / 128 * 128; }
   __host__ __device__ int CodeBytes() const { return tiles * 16 * Stride(); }
   __host__ __device__ int StageBytes() const {
-    return CodeBytes() + tiles * 16 * 2 * ScaleWords() * 4;
+    return CodeBytes() + tiles * 16 * RowScaleWords() * 4;
   }
   __host__ __device__ int Bytes() const { return XBytes() + stages * StageBytes(); }
 };
@@ -175,28 +178,30 @@ __device__ __forceinline__ float ScaleAt(const uint32_t* words, const uint16_t* 
   return Bf16Bits(reinterpret_cast<const uint16_t*>(words)[off + i]);
 }
 
-// Copies the rows [row0, row0 + 16) of w for tile t of a stage (zeros past the end).
+// Copies the rows [row0, row0 + 16) of w for tile t of a stage (zeros past the end): each warp
+// takes whole rows, its lanes consecutive 16-byte pieces (and the words holding the scales).
 __device__ __forceinline__ void IssueTile(const DevMat& w, int64_t row0, const SmemPlan& sp,
                                           uint8_t* codes, uint32_t* sb) {
   const int rb = sp.RowBytes(), n16 = rb / 16, stride = sp.Stride(), sw = sp.ScaleWords();
-  const int gpr = sp.Groups();
+  const int rsw = sp.RowScaleWords(), gpr = sp.Groups();
+  const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   const uint8_t* data = static_cast<const uint8_t*>(w.data);
-  for (int e = threadIdx.x; e < 16 * n16; e += blockDim.x) {
-    const int i = e / n16, ch = e % n16;
+  for (int i = threadIdx.x >> 5; i < 16; i += nw) {
     const int64_t row = row0 + i;
     const bool ok = row < w.rows;
-    CpAsync16(codes + i * stride + ch * 16, ok ? data + row * rb + ch * 16 : data, ok);
-  }
-  for (int e = threadIdx.x; e < 16 * 2 * sw; e += blockDim.x) {
-    const int i = e / (2 * sw), which = (e / sw) % 2, wd = e % sw;
-    const int64_t row = row0 + i;
-    const uint16_t* p = (which == 0 ? w.scales : w.biases) + (row < w.rows ? row : 0) * gpr;
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const int n_words = static_cast<int>(((a & 2u) + 2u * gpr + 3u) / 4u);
-    const bool ok = row < w.rows && wd < n_words;
-    const uint32_t* src = reinterpret_cast<const uint32_t*>(a & ~static_cast<uintptr_t>(3)) + wd;
-    CpAsync4(sb + (i * 2 + which) * sw + wd, ok ? src : reinterpret_cast<const uint32_t*>(w.scales),
-             ok);
+    const uint8_t* src = data + (ok ? row : 0) * rb;
+    for (int ch = lane; ch < n16; ch += 32)
+      CpAsync16(codes + i * stride + ch * 16, src + ch * 16, ok);
+    for (int wd = lane; wd < 2 * sw; wd += 32) {
+      const bool bias = wd >= sw;
+      const int k = bias ? wd - sw : wd;
+      const uintptr_t a =
+          reinterpret_cast<uintptr_t>((bias ? w.biases : w.scales) + (ok ? row : 0) * gpr);
+      const int n_words = static_cast<int>(((a & 2u) + 2u * gpr + 3u) / 4u);
+      const bool in = ok && k < n_words;
+      const uint32_t* from = reinterpret_cast<const uint32_t*>(a & ~static_cast<uintptr_t>(3)) + k;
+      CpAsync4(sb + i * rsw + wd, in ? from : reinterpret_cast<const uint32_t*>(w.scales), in);
+    }
   }
 }
 
@@ -211,8 +216,8 @@ __device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const
   const int stride = sp.Stride(), sw = sp.ScaleWords(), gpr = sp.Groups();
   const uint8_t* ca = codes + g * stride;
   const uint8_t* cbr = codes + (g + 8) * stride;
-  const uint32_t* sa = sb + (g * 2) * sw;
-  const uint32_t* sbb = sb + ((g + 8) * 2) * sw;
+  const uint32_t* sa = sb + g * sp.RowScaleWords();
+  const uint32_t* sbb = sb + (g + 8) * sp.RowScaleWords();
   // The global rows' scale/bias addresses only for their alignment (the halves' offsets).
   const uint16_t* psa = w.scales + (row0 + g) * gpr;
   const uint16_t* psb = w.scales + (row0 + g + 8) * gpr;
@@ -314,7 +319,7 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
     uint8_t* st = stage0 + buf * sp.StageBytes();
     for (int t = 0; t < kTiles; ++t)
       IssueTile(matrix(p, t), p.row0 + (a.gateup ? 0 : 16 * t), sp, st + t * 16 * sp.Stride(),
-                reinterpret_cast<uint32_t*>(st + sp.CodeBytes()) + t * 16 * 2 * sp.ScaleWords());
+                reinterpret_cast<uint32_t*>(st + sp.CodeBytes()) + t * 16 * sp.RowScaleWords());
     CpAsyncCommit();
   };
   const int ng = sp.Groups();
@@ -340,7 +345,7 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
     float acc_a = 0.0f, acc_b = 0.0f;
     ComputeTile<kBits>(
         w, r0, sp, st + tile * 16 * sp.Stride(),
-        reinterpret_cast<const uint32_t*>(st + sp.CodeBytes()) + tile * 16 * 2 * sp.ScaleWords(),
+        reinterpret_cast<const uint32_t*>(st + sp.CodeBytes()) + tile * 16 * sp.RowScaleWords(),
         g_begin, g_end, frag, gdown, gsum, acc_a, acc_b);
     acc_a += __shfl_down_sync(0xffffffffu, acc_a, 1);
     acc_b += __shfl_down_sync(0xffffffffu, acc_b, 1);
