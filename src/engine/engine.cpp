@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "engine/bench.h"
+#include "sample/sampler.h"
 
 #ifdef REDWING_HAVE_CUDA
 #include "backend/cuda/cuda.h"
@@ -375,7 +376,7 @@ bool Session::samples_on_device() const {
   return on_gpu();  // the draw runs wherever the forward pass does
 }
 
-Result<int> Session::DecodeSampled(int id, uint64_t seed) {
+Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature) {
   RW_RETURN_IF_ERROR(init_);
   RW_RETURN_IF_ERROR(closed_);
   if (!samples_on_device() && !failed_over_)
@@ -384,11 +385,12 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed) {
   int next = 0;
   CallStats call;
   Stopwatch sw;
-  // After a failover the CPU's logits and the same draw on the host (SampleUnfiltered).
+  // After a failover the CPU's logits and the same draw on the host (Sampler).
   std::vector<float> logits;
 #ifdef REDWING_HAVE_CUDA
   if (cuda_) {
-    Status s = cuda_->RunAndSample(id, position(), seed, position() + 1, &next, &call.parts);
+    Status s =
+        cuda_->RunAndSample(id, position(), seed, temperature, position() + 1, &next, &call.parts);
     if (s.code() == ErrorCode::kDevice) {
       logits.resize(static_cast<size_t>(engine_->config().vocab_size));
       s = OnGpuFault(s, &id, 1, LogitsRows::kLast, logits.data(), &call.parts);
@@ -400,9 +402,51 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed) {
     logits.resize(static_cast<size_t>(engine_->config().vocab_size));
     RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
   }
-  if (!logits.empty()) next = SampleUnfiltered(logits, seed, position() + 1);
+  if (!logits.empty()) {
+    SamplingParams p;
+    p.temperature = static_cast<float>(temperature);
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    next = Sampler(p).Sample(logits, position() + 1, {});
+  }
   RecordDecode(id, call, sw.Seconds());
   return next;
+}
+
+Status Session::DecodeTopK(int id, int k, TopKStep* out) {
+  RW_RETURN_IF_ERROR(init_);
+  RW_RETURN_IF_ERROR(closed_);
+  if (k < 1 || k > kMaxDeviceTopK)
+    return Error(ErrorCode::kInvalidArgument, "top-k on the device needs 1 <= k <= {}, got {}",
+                 kMaxDeviceTopK, k);
+  RW_RETURN_IF_ERROR(Check(std::span<const int>(&id, 1)));
+  out->ids.clear();
+  out->values.clear();
+  out->logits.clear();
+  CallStats call;
+  Stopwatch sw;
+#ifdef REDWING_HAVE_CUDA
+  static_assert(kMaxDeviceTopK == CudaForwardPass::kMaxTopK);
+  if (cuda_) {
+    Status s =
+        cuda_->RunAndTopK(id, position(), k, &out->ids, &out->values, &out->logits, &call.parts);
+    if (s.code() == ErrorCode::kDevice) {
+      out->ids.clear();
+      out->values.clear();
+      out->logits.resize(static_cast<size_t>(engine_->config().vocab_size));
+      s = OnGpuFault(s, &id, 1, LogitsRows::kLast, out->logits.data(), &call.parts);
+    }
+    RW_RETURN_IF_ERROR(s);
+  } else
+#endif
+  {
+    out->logits.resize(static_cast<size_t>(engine_->config().vocab_size));
+    RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, out->logits.data(), &call.parts));
+  }
+  RecordDecode(id, call, sw.Seconds());
+  return Status::Ok();
 }
 
 void Session::Reset() {

@@ -158,12 +158,23 @@ class Session {
                                      const std::atomic<bool>* cancel = nullptr);
   // Appends one token; returns its logits [vocab].
   Result<std::vector<float>> Decode(int id);
-  // Whether DecodeSampled is available: the CUDA backend draws tokens on the GPU.
+  // Whether DecodeSampled is available, and DecodeTopK cuts on the device: the CUDA backend.
   bool samples_on_device() const;
-  // Appends one token and returns the next one drawn on the device at temperature 1 with
+  // Appends one token and returns the next one drawn on the device at `temperature` (> 0) with
   // nothing filtered (the token Sampler would draw with `seed` at the new position), without
   // copying the logits to the host. An error unless samples_on_device().
-  Result<int> DecodeSampled(int id, uint64_t seed);
+  Result<int> DecodeSampled(int id, uint64_t seed, double temperature = 1.0);
+  // Appends one token and returns the step's top-k candidates: every logit at or above the k-th
+  // largest (NaN skipped) in ids/values, cut on the device so that only they cross PCIe
+  // (Sampler::SampleCandidates draws from them); or the whole row in logits (a CPU session, or
+  // more ties than the device keeps). 1 <= k <= kMaxDeviceTopK.
+  struct TopKStep {
+    std::vector<int> ids;
+    std::vector<float> values;
+    std::vector<float> logits;
+  };
+  static constexpr int kMaxDeviceTopK = 64;
+  Status DecodeTopK(int id, int k, TopKStep* out);
 
   int64_t position() const { return static_cast<int64_t>(tokens_.size()); }
   const std::vector<int>& tokens() const { return tokens_; }

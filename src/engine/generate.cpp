@@ -13,6 +13,32 @@ Result<std::vector<float>> SessionTimeline::Append(std::span<const int> ids,
   return s_.Prefill(ids, /*all_logits=*/false, cancel);
 }
 
+namespace {
+// Sampler::Sample on the logits after the last token, at the next position.
+int SampleNext(Sampler& sampler, std::span<const float> logits, const std::vector<int>& ctx) {
+  return sampler.Sample(logits, static_cast<int64_t>(ctx.size()), ctx);
+}
+}  // namespace
+
+Result<int> TokenTimeline::DecodeAndSample(int id, Sampler& sampler) {
+  RW_ASSIGN_OR_RETURN(std::vector<float> logits, Append(std::span<const int>(&id, 1)));
+  return SampleNext(sampler, logits, tokens());
+}
+
+Result<int> SessionTimeline::DecodeAndSample(int id, Sampler& sampler) {
+  if (!s_.samples_on_device()) return TokenTimeline::DecodeAndSample(id, sampler);
+  const SamplingParams& p = sampler.params();
+  if (!p.greedy() && p.top_k == 0 && p.top_p >= 1.0f && p.min_p <= 0.0f &&
+      p.repetition_penalty == 1.0f)
+    return s_.DecodeSampled(id, p.seed, p.temperature);
+  const int k = sampler.CandidatesK();
+  if (k < 1 || k > Session::kMaxDeviceTopK) return TokenTimeline::DecodeAndSample(id, sampler);
+  Session::TopKStep step;
+  RW_RETURN_IF_ERROR(s_.DecodeTopK(id, k, &step));
+  if (!step.logits.empty()) return SampleNext(sampler, step.logits, s_.tokens());
+  return sampler.SampleCandidates(step.ids, step.values, s_.position());
+}
+
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
@@ -76,7 +102,8 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
   }
 
   // Prefill what the cache does not hold, a chunk (or layer-major span) at a time; the cancel
-  // flag is also polled inside an append, so cancellation is prompt.
+  // flag is also polled inside an append, so cancellation is prompt. The last chunk's append
+  // also picks the first new token.
   std::vector<float> logits;
   const int64_t chunk = std::max<int64_t>(1, t.chunk());
   for (int64_t i = r.reused_tokens; i < n; i += chunk) {
@@ -93,7 +120,10 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
   }
   r.prefill_seconds = total.Seconds();
 
+  // The first token from the prompt's logits; each later one from its decode step.
   Sampler sampler(o.sampling);
+  int next = SampleNext(sampler, logits, t.tokens());
+
   std::optional<StreamDecoder> decoder;
   if (tokenizer != nullptr) decoder.emplace(*tokenizer);
   StopStringMatcher stops(o.stop_strings);
@@ -109,8 +139,7 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
   const int64_t room = t.max_context() - n;  // positions left for generated tokens
   const int64_t limit = std::min(o.max_new_tokens, room);
   while (static_cast<int64_t>(r.ids.size()) < limit) {
-    const std::vector<int>& ctx = t.tokens();
-    const int id = sampler.Sample(logits, static_cast<int64_t>(ctx.size()), ctx);
+    const int id = next;
     if (r.ids.empty()) r.first_token_seconds = total.Seconds();
     if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
       r.finish = FinishReason::kStop;
@@ -131,7 +160,7 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
       break;
     }
     if (static_cast<int64_t>(r.ids.size()) >= limit) break;
-    RW_ASSIGN_OR_RETURN(logits, t.Append(std::span<const int>(&r.ids.back(), 1)));
+    RW_ASSIGN_OR_RETURN(next, t.DecodeAndSample(r.ids.back(), sampler));
     ++r.decoded_tokens;
   }
   if (decoder && !stops.stopped()) {

@@ -26,6 +26,10 @@ class TokenTimeline {
   // append part way with a kCancelled error (see Session::Prefill for what is kept).
   virtual Result<std::vector<float>> Append(std::span<const int> ids,
                                             const std::atomic<bool>* cancel = nullptr) = 0;
+  // A decode step: appends one token and returns the one `sampler` picks after it (at the new
+  // position, with the timeline as context). By default Append, then Sampler::Sample on the
+  // logits; a timeline that can pick on its device overrides it (same token, fewer bytes moved).
+  virtual Result<int> DecodeAndSample(int id, Sampler& sampler);
   virtual const std::vector<int>& tokens() const = 0;
   virtual bool CanRewind(int64_t pos) const = 0;
   virtual Status Rewind(int64_t pos) = 0;
@@ -40,6 +44,9 @@ class SessionTimeline final : public TokenTimeline {
   explicit SessionTimeline(Session& s) : s_(s) {}
   Result<std::vector<float>> Append(std::span<const int> ids,
                                     const std::atomic<bool>* cancel = nullptr) override;
+  // On the GPU: the unfiltered draw (Session::DecodeSampled) or the top-k candidates
+  // (Session::DecodeTopK, then Sampler::SampleCandidates) when the sampler allows.
+  Result<int> DecodeAndSample(int id, Sampler& sampler) override;
   const std::vector<int>& tokens() const override { return s_.tokens(); }
   bool CanRewind(int64_t pos) const override { return s_.CanRewind(pos); }
   Status Rewind(int64_t pos) override { return s_.Rewind(pos); }

@@ -78,7 +78,7 @@ CudaForwardPass::~CudaForwardPass() {
   for (void* p :
        {static_cast<void*>(h_params_), static_cast<void*>(h_plan_), static_cast<void*>(h_ptrs_),
         static_cast<void*>(h_idx_), static_cast<void*>(h_logits_), static_cast<void*>(h_token_),
-        static_cast<void*>(h_route_)})
+        static_cast<void*>(h_route_), static_cast<void*>(h_cand_)})
     if (p != nullptr) cudaFreeHost(p);
   buffers_.clear();
   for (void* e : {routed_, fork_, join_})
@@ -161,6 +161,9 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   sample_scratch_ = Floats(static_cast<int64_t>(cuda::GumbelSampleScratchBytes() / 4 + 1));
   d_token_ = reinterpret_cast<int*>(Floats(1));
   RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_token_, sizeof(int)), "pinned");
+  topk_scratch_ = Floats(static_cast<int64_t>(cuda::TopKScratchBytes() / 4 + 1));
+  d_cand_ = reinterpret_cast<int*>(Floats(1 + 2 * kTopKCap));
+  RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_cand_, (1 + 2 * kTopKCap) * sizeof(int)), "pinned");
   if (c_.enable_moe) {
     const int64_t I = c_.moe_intermediate_size;
     router_logits_ = Floats(M * E);
@@ -318,16 +321,47 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
                         cudaMemcpyDeviceToHost, S(stream_)),
         "routing read-back");
   }
-  if (out_rows == 1 && sample_ != nullptr) {
-    RW_K(cuda::LaunchGumbelSample(logits_, V, sample_->seed, sample_->position, sample_scratch_,
-                                  d_token_, S(stream_)),
+  bool copy_row = out_rows == 1 && sample_ == nullptr;
+  if (out_rows == 1 && sample_ != nullptr && sample_->k > 0) {
+    const cudaError_t e = cuda::LaunchTopKCandidates(
+        logits_, V, sample_->k, topk_scratch_, kTopKCap, d_cand_ + 1,
+        reinterpret_cast<float*>(d_cand_ + 1 + kTopKCap), d_cand_, S(stream_));
+    sample_->ids->clear();
+    sample_->values->clear();
+    sample_->logits->clear();
+    if (e == cudaErrorNotSupported) {
+      cudaGetLastError();
+      copy_row = true;
+    } else {
+      RW_K(e, "top-k candidates");
+      RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_cand_, d_cand_, (1 + 2 * kTopKCap) * sizeof(int),
+                                              cudaMemcpyDeviceToHost, S(stream_)),
+                              "top-k candidates");
+      RW_RETURN_IF_ERROR(Sync());
+      const int count = h_cand_[0];
+      if (count >= 0 && count <= kTopKCap) {
+        sample_->ids->assign(h_cand_ + 1, h_cand_ + 1 + count);
+        const float* vals = reinterpret_cast<const float*>(h_cand_ + 1 + kTopKCap);
+        sample_->values->assign(vals, vals + count);
+      } else {
+        copy_row = true;  // more ties than fit: the whole row
+      }
+    }
+    if (copy_row) {
+      sample_->logits->resize(static_cast<size_t>(V));
+      logits = sample_->logits->data();
+    }
+  } else if (out_rows == 1 && sample_ != nullptr) {
+    RW_K(cuda::LaunchGumbelSample(logits_, V, sample_->seed, sample_->position,
+                                  sample_->temperature, sample_scratch_, d_token_, S(stream_)),
          "sample");
     RW_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(h_token_, d_token_, sizeof(int), cudaMemcpyDeviceToHost, S(stream_)),
         "sampled token");
     RW_RETURN_IF_ERROR(Sync());
     *sample_->token = *h_token_;
-  } else if (out_rows == 1) {
+  }
+  if (copy_row) {
     RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, logits_, static_cast<size_t>(V) * 4,
                                             cudaMemcpyDeviceToHost, S(stream_)),
                             "logits");
@@ -352,9 +386,25 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
   return Status::Ok();
 }
 
-Status CudaForwardPass::RunAndSample(int id, int64_t pos0, uint64_t seed, int64_t sample_position,
-                                     int* token, ForwardStats* stats) {
-  const SampleArgs args{seed, sample_position, token};
+Status CudaForwardPass::RunAndSample(int id, int64_t pos0, uint64_t seed, double temperature,
+                                     int64_t sample_position, int* token, ForwardStats* stats) {
+  const SampleArgs args{seed, sample_position, temperature, token};
+  sample_ = &args;
+  Status st = Run(&id, 1, pos0, LogitsRows::kLast, nullptr, stats);
+  sample_ = nullptr;
+  return st;
+}
+
+static_assert(CudaForwardPass::kMaxTopK == cuda::kMaxTopK);
+
+Status CudaForwardPass::RunAndTopK(int id, int64_t pos0, int k, std::vector<int>* ids,
+                                   std::vector<float>* values, std::vector<float>* logits,
+                                   ForwardStats* stats) {
+  SampleArgs args{0, 0, 1.0, nullptr};
+  args.k = k;
+  args.ids = ids;
+  args.values = values;
+  args.logits = logits;
   sample_ = &args;
   Status st = Run(&id, 1, pos0, LogitsRows::kLast, nullptr, stats);
   sample_ = nullptr;

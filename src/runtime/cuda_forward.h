@@ -47,10 +47,18 @@ class CudaForwardPass {
   Status Run(const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
              ForwardStats* stats);
   // One decode step (token id at pos0) that draws the next token on the GPU instead of copying
-  // the logits back: the CPU sampler's unfiltered Gumbel-max draw at temperature 1 with `seed`
+  // the logits back: the CPU sampler's unfiltered Gumbel-max draw at `temperature` with `seed`
   // at `sample_position` (cuda::LaunchGumbelSample), so 262,144 logits never cross PCIe.
-  Status RunAndSample(int id, int64_t pos0, uint64_t seed, int64_t sample_position, int* token,
-                      ForwardStats* stats);
+  Status RunAndSample(int id, int64_t pos0, uint64_t seed, double temperature,
+                      int64_t sample_position, int* token, ForwardStats* stats);
+  // One decode step that copies back only the step's top-k candidates (every logit at or above
+  // the k-th largest, cuda::LaunchTopKCandidates; 1 <= k <= cuda::kMaxTopK) into ids/values;
+  // when there are more than kTopKCap of them (ties), the whole row into `logits` instead (the
+  // other outputs are then empty).
+  static constexpr int kTopKCap = 1024;
+  static constexpr int kMaxTopK = 64;  // cuda::kMaxTopK
+  Status RunAndTopK(int id, int64_t pos0, int k, std::vector<int>* ids, std::vector<float>* values,
+                    std::vector<float>* logits, ForwardStats* stats);
 
   // After a Run that failed with a CUDA error (ErrorCode::kDevice, its message naming the layer
   // and the op), what the device still holds, for finishing the call on the CPU
@@ -159,12 +167,21 @@ class CudaForwardPass {
   struct SampleArgs {
     uint64_t seed;
     int64_t position;
+    double temperature;
     int* token;
+    int k = 0;  // > 0: top-k candidates (RunAndTopK) instead of a draw
+    std::vector<int>* ids = nullptr;
+    std::vector<float>* values = nullptr;
+    std::vector<float>* logits = nullptr;
   };
   const SampleArgs* sample_ = nullptr;
   void* sample_scratch_ = nullptr;
   int* d_token_ = nullptr;
   int* h_token_ = nullptr;
+  // RunAndTopK: scratch, and [count, ids[kTopKCap], values[kTopKCap]] on the device and pinned.
+  void* topk_scratch_ = nullptr;
+  int* d_cand_ = nullptr;
+  int* h_cand_ = nullptr;
   void* graph_exec_ = nullptr;  // cudaGraphExec_t of one decode step
   bool use_graphs_ = true, graph_failed_ = false;
   uint64_t syncs_ = 0, graph_steps_ = 0;

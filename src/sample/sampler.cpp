@@ -91,12 +91,17 @@ std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logit
     if (std::isnan(z[i]) || z[i] < floor) continue;
     c.push_back({i, z[i] / t, 0.0});
   }
+  Filter(c);
+  return c;
+}
+
+void Sampler::Filter(std::vector<Candidate>& c) const {
   // Descending logit; ties by ascending id so the order is fully determined.
   auto by_logit = [](const Candidate& a, const Candidate& b) {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   };
   std::sort(c.begin(), c.end(), by_logit);
-  if (c.empty()) return c;
+  if (c.empty()) return;
   double max = c.front().logit, sum = 0;
   for (Candidate& x : c) sum += (x.prob = std::exp(x.logit - max));
   for (Candidate& x : c) x.prob /= sum;
@@ -120,7 +125,6 @@ std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logit
   double total = 0;
   for (const Candidate& x : c) total += x.prob;
   for (Candidate& x : c) x.prob /= total;
-  return c;
 }
 
 // Nothing filtered: the same Gumbel-max draw without building and sorting the candidate list
@@ -165,7 +169,35 @@ int32_t Sampler::Sample(std::span<const float> logits, int64_t position,
   }
   if (!p_.greedy() && p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f)
     return SampleUnfiltered(logits, position, context);
-  std::vector<Candidate> c = Candidates(logits, context);
+  return Draw(Candidates(logits, context), position);
+}
+
+int Sampler::CandidatesK() const {
+  if (p_.repetition_penalty != 1.0f) return 0;
+  if (p_.greedy()) return 1;
+  return p_.top_k;
+}
+
+int32_t Sampler::SampleCandidates(std::span<const int32_t> ids, std::span<const float> values,
+                                  int64_t position) {
+  // The same set Candidates builds: every non-NaN logit at or above the k-th largest.
+  const double t = p_.greedy() ? 1.0 : p_.temperature;
+  std::vector<Candidate> c;
+  c.reserve(ids.size());
+  for (size_t i = 0; i < ids.size() && i < values.size(); ++i)
+    if (!std::isnan(values[i])) c.push_back({ids[i], values[i] / t, 0.0});
+  if (p_.greedy()) {  // the first largest logit, as Sample's argmax
+    if (c.empty()) return 0;
+    const Candidate* best = &c.front();
+    for (const Candidate& x : c)
+      if (x.logit > best->logit || (x.logit == best->logit && x.id < best->id)) best = &x;
+    return best->id;
+  }
+  Filter(c);
+  return Draw(std::move(c), position);
+}
+
+int32_t Sampler::Draw(std::vector<Candidate> c, int64_t position) const {
   if (c.empty()) return 0;
   if (p_.greedy()) return c.front().id;
   // Gumbel-max over the allowed set: argmax(logit/T + g) is a draw from softmax(logit/T)

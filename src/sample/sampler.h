@@ -49,7 +49,21 @@ class Sampler {
   std::vector<Candidate> Candidates(std::span<const float> logits,
                                     std::span<const int32_t> context);
 
+  // Sampling from a row cut down to its top-k candidates (Session::DecodeTopK): the k this
+  // sampler needs (top_k, or 1 when greedy), or 0 when it needs the whole row (a repetition
+  // penalty, or no top-k).
+  int CandidatesK() const;
+  // The token Sample would pick from the whole row, given only its candidates: every non-NaN
+  // logit at or above the CandidatesK()-th largest (ids and values, any order).
+  int32_t SampleCandidates(std::span<const int32_t> ids, std::span<const float> values,
+                           int64_t position);
+
  private:
+  // Sorts the candidates (descending logit, then ascending id), turns logits into
+  // probabilities, and applies top-p and min-p.
+  void Filter(std::vector<Candidate>& c) const;
+  // Greedy: the first candidate; else the Gumbel-max draw over them at `position`.
+  int32_t Draw(std::vector<Candidate> c, int64_t position) const;
   int32_t SampleUnfiltered(std::span<const float> logits, int64_t position,
                            std::span<const int32_t> context);
   SamplingParams p_;

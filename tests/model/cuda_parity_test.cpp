@@ -7,8 +7,11 @@
 // device is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "backend/cuda/cuda.h"
 #include "backend/cuda_test_util.h"
@@ -20,6 +23,7 @@
 #include "install/synth.h"
 #include "model/parity_util.h"
 #include "runtime/cuda_model.h"
+#include "sample/sampler.h"
 
 namespace rw {
 namespace {
@@ -326,6 +330,70 @@ TEST(CudaParity, DrawsOnTheGpuWhatTheCpuSamplerDraws) {
       tok = want;
     }
     EXPECT_GT(distinct_seen, 10);  // a varied stream, not one token repeated
+    EXPECT_EQ(device->position(), host->position());
+  }
+}
+
+// What run, chat and serve do on the GPU (SessionTimeline::DecodeAndSample): the step's top-k
+// candidates cut on the device are exactly the row's (every logit at or above the k-th), the
+// sampler picks from them what it picks from the whole row, and the unfiltered draw at a
+// temperature other than 1 is the CPU sampler's too.
+TEST(CudaParity, TopKCandidatesAndTemperatureDrawsMatchTheCpuSampler) {
+  REQUIRE_CUDA();
+  const std::string dir = TinyModel();
+  for (bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "no graphs");
+    auto e = Load(dir, "cuda", 7, 256, 0, graphs);
+    ASSERT_NE(e, nullptr);
+    const int vocab = e->config().vocab_size;
+    auto host = e->NewSession();
+    auto device = e->NewSession();
+    const std::vector<int> prompt = Prompt(20, vocab);
+    ASSERT_TRUE(host->Prefill(prompt).ok());
+    ASSERT_TRUE(device->Prefill(prompt).ok());
+    int tok = 7, cut_steps = 0;
+    for (int i = 0; i < 36; ++i) {
+      auto logits = host->Decode(tok);
+      ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+      SamplingParams p;
+      p.seed = 77 + static_cast<uint64_t>(i);
+      int got = -1;
+      if (i % 4 == 3) {  // the unfiltered draw at temperature 0.7
+        p.temperature = 0.7f;
+        p.top_k = 0;
+        p.top_p = 1.0f;
+        auto d = device->DecodeSampled(tok, p.seed, p.temperature);
+        ASSERT_TRUE(d.ok()) << d.status().ToString();
+        got = *d;
+      } else {
+        const int k = std::array<int, 3>{1, 7, Session::kMaxDeviceTopK}[i % 4];
+        p.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+        p.top_k = k;
+        p.top_p = 0.9f;
+        Session::TopKStep step;
+        ASSERT_TRUE(device->DecodeTopK(tok, k, &step).ok());
+        ASSERT_TRUE(step.logits.empty());
+        // The cut: every logit at or above the k-th largest, values bit for bit.
+        std::vector<float> sorted = *logits;
+        std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+        const float floor = sorted[static_cast<size_t>(k - 1)];
+        std::vector<int> want_ids;
+        for (int id = 0; id < vocab; ++id)
+          if ((*logits)[static_cast<size_t>(id)] >= floor) want_ids.push_back(id);
+        std::vector<int> got_ids = step.ids;
+        std::sort(got_ids.begin(), got_ids.end());
+        ASSERT_EQ(got_ids, want_ids) << "step " << i;
+        for (size_t j = 0; j < step.ids.size(); ++j)
+          EXPECT_EQ(step.values[j], (*logits)[static_cast<size_t>(step.ids[j])]);
+        Sampler s(p);
+        got = s.SampleCandidates(step.ids, step.values, device->position());
+        ++cut_steps;
+      }
+      Sampler s(p);
+      ASSERT_EQ(got, s.Sample(*logits, host->position(), host->tokens())) << "step " << i;
+      tok = got;
+    }
+    EXPECT_EQ(cut_steps, 27);
     EXPECT_EQ(device->position(), host->position());
   }
 }

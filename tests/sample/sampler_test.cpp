@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -151,7 +153,9 @@ TEST(Sampler, TopKSelectionEqualsAFullSort) {
     while (keep > 0 && keep < all.size() && all[keep].logit == all[keep - 1].logit) ++keep;
     // Past the filters, Candidates trims further; its first entries must be the reference's.
     ASSERT_LE(got.size(), keep) << "trial " << trial;
-    if (p.top_p >= 1.0f && p.min_p <= 0.0f) ASSERT_EQ(got.size(), keep) << "trial " << trial;
+    if (p.top_p >= 1.0f && p.min_p <= 0.0f) {
+      ASSERT_EQ(got.size(), keep) << "trial " << trial;
+    }
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].id, all[i].id) << "trial " << trial << " rank " << i;
       EXPECT_EQ(got[i].logit, all[i].logit) << "trial " << trial << " rank " << i;
@@ -167,6 +171,68 @@ TEST(Sampler, TopKSelectionEqualsAFullSort) {
         EXPECT_EQ(got[i].prob, prob[i] / total) << "trial " << trial << " rank " << i;
     }
   }
+}
+
+// Every non-NaN logit at or above the k-th largest (all of them when fewer than k), as a device
+// cuts a row for Sampler::SampleCandidates, in a scrambled order.
+void CutToTopK(const std::vector<float>& l, int k, std::mt19937& rng, std::vector<int32_t>* ids,
+               std::vector<float>* values) {
+  std::vector<float> sorted;
+  for (float v : l)
+    if (!std::isnan(v)) sorted.push_back(v);
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  const float floor = static_cast<int>(sorted.size()) >= k
+                          ? sorted[static_cast<size_t>(k - 1)]
+                          : -std::numeric_limits<float>::infinity();
+  std::vector<int32_t> pick;
+  for (int i = 0; i < static_cast<int>(l.size()); ++i)
+    if (!std::isnan(l[i]) && l[i] >= floor) pick.push_back(i);
+  std::shuffle(pick.begin(), pick.end(), rng);
+  ids->assign(pick.begin(), pick.end());
+  values->clear();
+  for (int32_t i : pick) values->push_back(l[static_cast<size_t>(i)]);
+}
+
+TEST(Sampler, CandidatesFromADeviceCutPickWhatTheWholeRowPicks) {
+  std::mt19937 rng(11);
+  const float inf = std::numeric_limits<float>::infinity();
+  int compared = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = trial % 7 == 0 ? 40 : 3000;
+    std::vector<float> l(static_cast<size_t>(n));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (float& v : l) v = nd(rng);
+    if (trial % 3 == 0)  // coarse values: many ties, at the k-th too
+      for (float& v : l) v = std::round(v * 2.0f) / 2.0f;
+    l[static_cast<size_t>(trial % n)] = std::numeric_limits<float>::quiet_NaN();
+    l[static_cast<size_t>((trial * 7 + 1) % n)] = -inf;
+    SamplingParams p;
+    p.temperature = std::array<float, 4>{0.0f, 0.2f, 1.0f, 1.7f}[trial % 4];
+    p.top_k = std::array<int, 4>{1, 5, 64, 50}[(trial / 4) % 4];
+    p.top_p = std::array<float, 3>{1.0f, 0.9f, 0.5f}[(trial / 16) % 3];
+    p.min_p = trial % 5 == 0 ? 0.05f : 0.0f;
+    p.seed = static_cast<uint64_t>(trial) * 977u;
+    Sampler s(p);
+    const int k = s.CandidatesK();
+    ASSERT_EQ(k, p.greedy() ? 1 : p.top_k);
+    std::vector<int32_t> ids;
+    std::vector<float> values;
+    CutToTopK(l, k, rng, &ids, &values);
+    for (int64_t position : {int64_t{3}, int64_t{1000}}) {
+      const int32_t want = s.Sample(l, position, {});
+      EXPECT_EQ(s.SampleCandidates(ids, values, position), want)
+          << "trial " << trial << " position " << position << " k " << k;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 800);
+  // A repetition penalty or no top-k needs the whole row.
+  SamplingParams pen;
+  pen.repetition_penalty = 1.3f;
+  EXPECT_EQ(Sampler(pen).CandidatesK(), 0);
+  SamplingParams nok;
+  nok.top_k = 0;
+  EXPECT_EQ(Sampler(nok).CandidatesK(), 0);
 }
 
 TEST(Sampler, RepetitionPenaltyAsTransformers) {

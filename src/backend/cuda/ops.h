@@ -170,11 +170,22 @@ cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows,
 
 // ---- Sampling ---------------------------------------------------------------------------------
 
-// The token the CPU sampler draws at temperature 1 with nothing filtered (Gumbel-max with the
-// counter noise of sample/sampler.cpp over the n logits at `position`; 0 when all are NaN),
-// written to *out (device memory). scratch: GumbelSampleScratchBytes() of device memory.
+// The token the CPU sampler draws at `temperature` (> 0) with nothing filtered (Gumbel-max with
+// the counter noise of sample/sampler.cpp over logit/temperature at `position`; 0 when all are
+// NaN), written to *out (device memory). scratch: GumbelSampleScratchBytes() of device memory.
 size_t GumbelSampleScratchBytes();
 cudaError_t LaunchGumbelSample(const float* logits, int64_t n, uint64_t seed, int64_t position,
-                               void* scratch, int* out, cudaStream_t s);
+                               double temperature, void* scratch, int* out, cudaStream_t s);
+
+// Every logit at or above the k-th largest of the n (NaN skipped; all non-NaN ones when fewer
+// than k), as ids and values in out_ids/out_vals (the first min(count, cap), by value
+// descending, then id ascending) and their count in *out_count, all device memory; INT_MAX
+// there when the ties of some 2,048-logit chunk exceed what it keeps (the caller then reads the
+// whole row). k in [1, kMaxTopK]; cudaErrorNotSupported beyond 524,288 logits.
+// scratch: TopKScratchBytes() of device memory.
+constexpr int kMaxTopK = 64;
+size_t TopKScratchBytes();
+cudaError_t LaunchTopKCandidates(const float* logits, int64_t n, int k, void* scratch, int cap,
+                                 int* out_ids, float* out_vals, int* out_count, cudaStream_t s);
 
 }  // namespace rw::cuda

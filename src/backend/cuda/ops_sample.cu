@@ -1,7 +1,8 @@
-// The unfiltered Gumbel-max draw on the GPU, so a decode step's 262,144 logits never cross PCIe:
-// the same counter-based noise as the CPU sampler (sample/sampler.cpp: SplitMix64 over seed,
-// position and token, 53 bits offset by half a step, −log(−log(u)) in double) and the same
-// winner rule (largest score; equal scores: larger logit, then smaller id; NaN logits skipped).
+// The unfiltered Gumbel-max draw on the GPU (at any temperature), so a decode step's 262,144 logits
+// never cross PCIe: the same counter-based noise as the CPU sampler (sample/sampler.cpp: SplitMix64
+// over seed, position and token, 53 bits offset by half a step, −log(−log(u)) in double) and the
+// same winner rule (largest score; equal scores: larger logit, then smaller id; NaN logits
+// skipped).
 #include <cuda_runtime.h>
 
 #include "backend/cuda/launch.cuh"
@@ -64,13 +65,14 @@ __device__ Best BlockBest(Best mine) {
 }
 
 __global__ void GumbelPartial(const float* logits, int n, uint64_t seed, int64_t position,
-                              Best* partial) {
+                              double temperature, Best* partial) {
   PdlEnter();
   Best mine{0, 0, -1};
   for (int i = blockIdx.x * kThreads + threadIdx.x; i < n; i += gridDim.x * kThreads) {
     const float z = logits[i];
     if (isnan(z)) continue;
-    const Best c{static_cast<double>(z) + Gumbel(seed, position, i), static_cast<double>(z), i};
+    const double logit = static_cast<double>(z) / temperature;  // as the CPU sampler divides
+    const Best c{logit + Gumbel(seed, position, i), logit, i};
     if (Better(c, mine)) mine = c;
   }
   const Best b = BlockBest(mine);
@@ -93,10 +95,10 @@ size_t GumbelSampleScratchBytes() {
 }
 
 cudaError_t LaunchGumbelSample(const float* logits, int64_t n, uint64_t seed, int64_t position,
-                               void* scratch, int* out, cudaStream_t s) {
+                               double temperature, void* scratch, int* out, cudaStream_t s) {
   Best* partial = static_cast<Best*>(scratch);
   LaunchKernel(GumbelPartial, kBlocks, kThreads, 0, s, logits, static_cast<int>(n), seed, position,
-               partial);
+               temperature, partial);
   LaunchKernel(GumbelFinal, 1, kThreads, 0, s, partial, kBlocks, out);
   return cudaGetLastError();
 }
