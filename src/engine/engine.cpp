@@ -376,7 +376,8 @@ bool Session::samples_on_device() const {
   return on_gpu();  // the draw runs wherever the forward pass does
 }
 
-Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature) {
+Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature,
+                                   float repetition_penalty) {
   RW_RETURN_IF_ERROR(init_);
   RW_RETURN_IF_ERROR(closed_);
   if (!samples_on_device() && !failed_over_)
@@ -385,10 +386,17 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature) {
   int next = 0;
   CallStats call;
   Stopwatch sw;
+  // The penalty's context: the session's tokens and this one.
+  std::vector<int> context = tokens_;
+  context.push_back(id);
   // After a failover the CPU's logits and the same draw on the host (Sampler).
   std::vector<float> logits;
 #ifdef REDWING_HAVE_CUDA
   if (cuda_) {
+    const std::vector<int32_t> penalized =
+        repetition_penalty != 1.0f ? Sampler::PenalizedIds(context, engine_->config().vocab_size)
+                                   : std::vector<int32_t>{};
+    cuda_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
     Status s =
         cuda_->RunAndSample(id, position(), seed, temperature, position() + 1, &next, &call.parts);
     if (s.code() == ErrorCode::kDevice) {
@@ -408,14 +416,15 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature) {
     p.top_k = 0;
     p.top_p = 1.0f;
     p.min_p = 0.0f;
+    p.repetition_penalty = repetition_penalty;
     p.seed = seed;
-    next = Sampler(p).Sample(logits, position() + 1, {});
+    next = Sampler(p).Sample(logits, position() + 1, context);
   }
   RecordDecode(id, call, sw.Seconds());
   return next;
 }
 
-Status Session::DecodeTopK(int id, int k, TopKStep* out) {
+Status Session::DecodeTopK(int id, int k, float repetition_penalty, TopKStep* out) {
   RW_RETURN_IF_ERROR(init_);
   RW_RETURN_IF_ERROR(closed_);
   if (k < 1 || k > kMaxDeviceTopK)
@@ -427,16 +436,27 @@ Status Session::DecodeTopK(int id, int k, TopKStep* out) {
   out->logits.clear();
   CallStats call;
   Stopwatch sw;
+  // The penalty's context: the session's tokens and this one. The device penalizes its row; a
+  // row computed on the CPU is penalized here.
+  std::vector<int> context = tokens_;
+  context.push_back(id);
+  bool host_row = true;
 #ifdef REDWING_HAVE_CUDA
   static_assert(kMaxDeviceTopK == CudaForwardPass::kMaxTopK);
   if (cuda_) {
+    const std::vector<int32_t> penalized =
+        repetition_penalty != 1.0f ? Sampler::PenalizedIds(context, engine_->config().vocab_size)
+                                   : std::vector<int32_t>{};
+    cuda_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
     Status s =
         cuda_->RunAndTopK(id, position(), k, &out->ids, &out->values, &out->logits, &call.parts);
+    host_row = false;
     if (s.code() == ErrorCode::kDevice) {
       out->ids.clear();
       out->values.clear();
       out->logits.resize(static_cast<size_t>(engine_->config().vocab_size));
       s = OnGpuFault(s, &id, 1, LogitsRows::kLast, out->logits.data(), &call.parts);
+      host_row = true;
     }
     RW_RETURN_IF_ERROR(s);
   } else
@@ -445,6 +465,8 @@ Status Session::DecodeTopK(int id, int k, TopKStep* out) {
     out->logits.resize(static_cast<size_t>(engine_->config().vocab_size));
     RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, out->logits.data(), &call.parts));
   }
+  if (host_row && repetition_penalty != 1.0f)
+    Sampler::ApplyRepetitionPenalty(out->logits, context, repetition_penalty);
   RecordDecode(id, call, sw.Seconds());
   return Status::Ok();
 }

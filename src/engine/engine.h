@@ -161,20 +161,23 @@ class Session {
   // Whether DecodeSampled is available, and DecodeTopK cuts on the device: the CUDA backend.
   bool samples_on_device() const;
   // Appends one token and returns the next one drawn on the device at `temperature` (> 0) with
-  // nothing filtered (the token Sampler would draw with `seed` at the new position), without
-  // copying the logits to the host. An error unless samples_on_device().
-  Result<int> DecodeSampled(int id, uint64_t seed, double temperature = 1.0);
-  // Appends one token and returns the step's top-k candidates: every logit at or above the k-th
-  // largest (NaN skipped) in ids/values, cut on the device so that only they cross PCIe
-  // (Sampler::SampleCandidates draws from them); or the whole row in logits (a CPU session, or
-  // more ties than the device keeps). 1 <= k <= kMaxDeviceTopK.
+  // nothing filtered but the repetition penalty over the session's tokens (the token Sampler
+  // would draw with `seed` at the new position), without copying the logits to the host. An
+  // error unless samples_on_device().
+  Result<int> DecodeSampled(int id, uint64_t seed, double temperature = 1.0,
+                            float repetition_penalty = 1.0f);
+  // Appends one token and returns the step's top-k candidates after the repetition penalty over
+  // the session's tokens: every logit at or above the k-th largest (NaN skipped) in ids/values,
+  // cut on the device so that only they cross PCIe (Sampler::SampleCandidates draws from them);
+  // or the whole penalized row in logits (a CPU session, or more ties than the device keeps).
+  // 1 <= k <= kMaxDeviceTopK.
   struct TopKStep {
     std::vector<int> ids;
     std::vector<float> values;
     std::vector<float> logits;
   };
   static constexpr int kMaxDeviceTopK = 64;
-  Status DecodeTopK(int id, int k, TopKStep* out);
+  Status DecodeTopK(int id, int k, float repetition_penalty, TopKStep* out);
 
   int64_t position() const { return static_cast<int64_t>(tokens_.size()); }
   const std::vector<int>& tokens() const { return tokens_; }

@@ -28,14 +28,19 @@ Result<int> TokenTimeline::DecodeAndSample(int id, Sampler& sampler) {
 Result<int> SessionTimeline::DecodeAndSample(int id, Sampler& sampler) {
   if (!s_.samples_on_device()) return TokenTimeline::DecodeAndSample(id, sampler);
   const SamplingParams& p = sampler.params();
-  if (!p.greedy() && p.top_k == 0 && p.top_p >= 1.0f && p.min_p <= 0.0f &&
-      p.repetition_penalty == 1.0f)
-    return s_.DecodeSampled(id, p.seed, p.temperature);
+  if (!p.greedy() && p.top_k == 0 && p.top_p >= 1.0f && p.min_p <= 0.0f)
+    return s_.DecodeSampled(id, p.seed, p.temperature, p.repetition_penalty);
   const int k = sampler.CandidatesK();
   if (k < 1 || k > Session::kMaxDeviceTopK) return TokenTimeline::DecodeAndSample(id, sampler);
   Session::TopKStep step;
-  RW_RETURN_IF_ERROR(s_.DecodeTopK(id, k, &step));
-  if (!step.logits.empty()) return SampleNext(sampler, step.logits, s_.tokens());
+  RW_RETURN_IF_ERROR(s_.DecodeTopK(id, k, p.repetition_penalty, &step));
+  if (step.ids.empty() && !step.logits.empty()) {
+    // The whole row, already penalized: sample it without the penalty.
+    SamplingParams plain = p;
+    plain.repetition_penalty = 1.0f;
+    Sampler row(plain);
+    return SampleNext(row, step.logits, s_.tokens());
+  }
   return sampler.SampleCandidates(step.ids, step.values, s_.position());
 }
 

@@ -78,7 +78,7 @@ CudaForwardPass::~CudaForwardPass() {
   for (void* p :
        {static_cast<void*>(h_params_), static_cast<void*>(h_plan_), static_cast<void*>(h_ptrs_),
         static_cast<void*>(h_idx_), static_cast<void*>(h_logits_), static_cast<void*>(h_token_),
-        static_cast<void*>(h_route_), static_cast<void*>(h_cand_)})
+        static_cast<void*>(h_route_), static_cast<void*>(h_cand_), static_cast<void*>(h_penalty_)})
     if (p != nullptr) cudaFreeHost(p);
   buffers_.clear();
   for (void* e : {routed_, fork_, join_})
@@ -164,6 +164,10 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   topk_scratch_ = Floats(static_cast<int64_t>(cuda::TopKScratchBytes() / 4 + 1));
   d_cand_ = reinterpret_cast<int*>(Floats(1 + 2 * kTopKCap));
   RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_cand_, (1 + 2 * kTopKCap) * sizeof(int)), "pinned");
+  penalty_cap_ = max_context + 1;
+  d_penalty_ = reinterpret_cast<int*>(Floats(penalty_cap_));
+  RW_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(&h_penalty_, static_cast<size_t>(penalty_cap_) * sizeof(int)), "pinned");
   if (c_.enable_moe) {
     const int64_t I = c_.moe_intermediate_size;
     router_logits_ = Floats(M * E);
@@ -322,6 +326,19 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
         "routing read-back");
   }
   bool copy_row = out_rows == 1 && sample_ == nullptr;
+  if (out_rows == 1 && sample_ != nullptr && penalty_ != 1.0f && !penalty_ids_.empty()) {
+    if (static_cast<int64_t>(penalty_ids_.size()) > penalty_cap_)
+      return Error(ErrorCode::kInternal, "{} penalized ids for a context of {}",
+                   penalty_ids_.size(), penalty_cap_ - 1);
+    std::memcpy(h_penalty_, penalty_ids_.data(), penalty_ids_.size() * sizeof(int));
+    RW_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(d_penalty_, h_penalty_, penalty_ids_.size() * sizeof(int),
+                        cudaMemcpyHostToDevice, S(stream_)),
+        "penalized ids");
+    RW_K(cuda::LaunchRepetitionPenalty(logits_, V, d_penalty_,
+                                       static_cast<int>(penalty_ids_.size()), penalty_, S(stream_)),
+         "repetition penalty");
+  }
   if (out_rows == 1 && sample_ != nullptr && sample_->k > 0) {
     const cudaError_t e = cuda::LaunchTopKCandidates(
         logits_, V, sample_->k, topk_scratch_, kTopKCap, d_cand_ + 1,
@@ -392,6 +409,7 @@ Status CudaForwardPass::RunAndSample(int id, int64_t pos0, uint64_t seed, double
   sample_ = &args;
   Status st = Run(&id, 1, pos0, LogitsRows::kLast, nullptr, stats);
   sample_ = nullptr;
+  SetPenalty(1.0f, {});
   return st;
 }
 
@@ -408,6 +426,7 @@ Status CudaForwardPass::RunAndTopK(int id, int64_t pos0, int k, std::vector<int>
   sample_ = &args;
   Status st = Run(&id, 1, pos0, LogitsRows::kLast, nullptr, stats);
   sample_ = nullptr;
+  SetPenalty(1.0f, {});
   return st;
 }
 

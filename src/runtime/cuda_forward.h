@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,13 @@ class CudaForwardPass {
   // at `sample_position` (cuda::LaunchGumbelSample), so 262,144 logits never cross PCIe.
   Status RunAndSample(int id, int64_t pos0, uint64_t seed, double temperature,
                       int64_t sample_position, int* token, ForwardStats* stats);
+  // The repetition penalty the next RunAndSample or RunAndTopK applies to its row on the GPU
+  // first (cuda::LaunchRepetitionPenalty) over these distinct ids (at most the session's
+  // context); 1 turns it off. Cleared by each of those calls.
+  void SetPenalty(float penalty, std::span<const int> ids) {
+    penalty_ = penalty;
+    penalty_ids_ = ids;
+  }
   // One decode step that copies back only the step's top-k candidates (every logit at or above
   // the k-th largest, cuda::LaunchTopKCandidates; 1 <= k <= cuda::kMaxTopK) into ids/values;
   // when there are more than kTopKCap of them (ties), the whole row into `logits` instead (the
@@ -178,6 +186,11 @@ class CudaForwardPass {
   void* sample_scratch_ = nullptr;
   int* d_token_ = nullptr;
   int* h_token_ = nullptr;
+  float penalty_ = 1.0f;
+  std::span<const int> penalty_ids_;
+  int* d_penalty_ = nullptr;  // max_context ids, device and pinned
+  int* h_penalty_ = nullptr;
+  int64_t penalty_cap_ = 0;
   // RunAndTopK: scratch, and [count, ids[kTopKCap], values[kTopKCap]] on the device and pinned.
   void* topk_scratch_ = nullptr;
   int* d_cand_ = nullptr;

@@ -51,14 +51,8 @@ std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logit
   const int32_t n = static_cast<int32_t>(logits.size());
   const float* z = logits.data();
   if (p_.repetition_penalty != 1.0f) {
-    // As transformers' RepetitionPenaltyLogitsProcessor: divide positive logits, multiply negative.
     scratch_.assign(logits.begin(), logits.end());
-    std::unordered_set<int32_t> seen(context.begin(), context.end());
-    for (int32_t id : seen) {
-      if (id < 0 || id >= n) continue;
-      float& v = scratch_[id];
-      v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
-    }
+    ApplyRepetitionPenalty(scratch_, context, p_.repetition_penalty);
     z = scratch_.data();
   }
   const double t = p_.greedy() ? 1.0 : p_.temperature;
@@ -136,11 +130,7 @@ int32_t Sampler::SampleUnfiltered(std::span<const float> logits, int64_t positio
   const float* z = logits.data();
   if (p_.repetition_penalty != 1.0f) {
     scratch_.assign(logits.begin(), logits.end());
-    for (int32_t id : std::unordered_set<int32_t>(context.begin(), context.end())) {
-      if (id < 0 || id >= n) continue;
-      float& v = scratch_[id];
-      v = v > 0 ? v / p_.repetition_penalty : v * p_.repetition_penalty;
-    }
+    ApplyRepetitionPenalty(scratch_, context, p_.repetition_penalty);
     z = scratch_.data();
   }
   const double t = p_.temperature;
@@ -173,9 +163,23 @@ int32_t Sampler::Sample(std::span<const float> logits, int64_t position,
 }
 
 int Sampler::CandidatesK() const {
-  if (p_.repetition_penalty != 1.0f) return 0;
   if (p_.greedy()) return 1;
   return p_.top_k;
+}
+
+std::vector<int32_t> Sampler::PenalizedIds(std::span<const int32_t> context, int64_t n) {
+  std::vector<int32_t> ids;
+  for (int32_t id : std::unordered_set<int32_t>(context.begin(), context.end()))
+    if (id >= 0 && id < n) ids.push_back(id);
+  return ids;
+}
+
+void Sampler::ApplyRepetitionPenalty(std::span<float> row, std::span<const int32_t> context,
+                                     float penalty) {
+  for (int32_t id : PenalizedIds(context, static_cast<int64_t>(row.size()))) {
+    float& v = row[static_cast<size_t>(id)];
+    v = v > 0 ? v / penalty : v * penalty;
+  }
 }
 
 int32_t Sampler::SampleCandidates(std::span<const int32_t> ids, std::span<const float> values,

@@ -50,13 +50,20 @@ class Sampler {
                                     std::span<const int32_t> context);
 
   // Sampling from a row cut down to its top-k candidates (Session::DecodeTopK): the k this
-  // sampler needs (top_k, or 1 when greedy), or 0 when it needs the whole row (a repetition
-  // penalty, or no top-k).
+  // sampler needs (top_k, or 1 when greedy), or 0 when it needs the whole row (no top-k).
   int CandidatesK() const;
   // The token Sample would pick from the whole row, given only its candidates: every non-NaN
-  // logit at or above the CandidatesK()-th largest (ids and values, any order).
+  // logit at or above the CandidatesK()-th largest of the row after the repetition penalty
+  // (ids and those penalized values, any order).
   int32_t SampleCandidates(std::span<const int32_t> ids, std::span<const float> values,
                            int64_t position);
+  // The repetition penalty as Sample applies it (transformers' RepetitionPenaltyLogitsProcessor):
+  // for each distinct id of the context inside the row, a positive logit divided by `penalty`,
+  // a negative one multiplied.
+  static void ApplyRepetitionPenalty(std::span<float> row, std::span<const int32_t> context,
+                                     float penalty);
+  // The distinct ids of a context that fall inside a row of n (what the penalty touches).
+  static std::vector<int32_t> PenalizedIds(std::span<const int32_t> context, int64_t n);
 
  private:
   // Sorts the candidates (descending logit, then ascending id), turns logits into

@@ -335,9 +335,10 @@ TEST(CudaParity, DrawsOnTheGpuWhatTheCpuSamplerDraws) {
 }
 
 // What run, chat and serve do on the GPU (SessionTimeline::DecodeAndSample): the step's top-k
-// candidates cut on the device are exactly the row's (every logit at or above the k-th), the
-// sampler picks from them what it picks from the whole row, and the unfiltered draw at a
-// temperature other than 1 is the CPU sampler's too.
+// candidates cut on the device are exactly the row's (every logit at or above the k-th, after
+// the repetition penalty), the sampler picks from them what it picks from the whole row, and
+// the unfiltered draw at a temperature other than 1 (with a penalty or not) is the CPU
+// sampler's too.
 TEST(CudaParity, TopKCandidatesAndTemperatureDrawsMatchTheCpuSampler) {
   REQUIRE_CUDA();
   const std::string dir = TinyModel();
@@ -357,12 +358,13 @@ TEST(CudaParity, TopKCandidatesAndTemperatureDrawsMatchTheCpuSampler) {
       ASSERT_TRUE(logits.ok()) << logits.status().ToString();
       SamplingParams p;
       p.seed = 77 + static_cast<uint64_t>(i);
+      p.repetition_penalty = i % 3 == 0 ? 1.3f : 1.0f;  // applied on the GPU
       int got = -1;
       if (i % 4 == 3) {  // the unfiltered draw at temperature 0.7
         p.temperature = 0.7f;
         p.top_k = 0;
         p.top_p = 1.0f;
-        auto d = device->DecodeSampled(tok, p.seed, p.temperature);
+        auto d = device->DecodeSampled(tok, p.seed, p.temperature, p.repetition_penalty);
         ASSERT_TRUE(d.ok()) << d.status().ToString();
         got = *d;
       } else {
@@ -371,20 +373,23 @@ TEST(CudaParity, TopKCandidatesAndTemperatureDrawsMatchTheCpuSampler) {
         p.top_k = k;
         p.top_p = 0.9f;
         Session::TopKStep step;
-        ASSERT_TRUE(device->DecodeTopK(tok, k, &step).ok());
+        ASSERT_TRUE(device->DecodeTopK(tok, k, p.repetition_penalty, &step).ok());
         ASSERT_TRUE(step.logits.empty());
-        // The cut: every logit at or above the k-th largest, values bit for bit.
-        std::vector<float> sorted = *logits;
+        // The cut: every logit of the penalized row at or above its k-th largest, values bit
+        // for bit.
+        std::vector<float> row = *logits;
+        Sampler::ApplyRepetitionPenalty(row, host->tokens(), p.repetition_penalty);
+        std::vector<float> sorted = row;
         std::sort(sorted.begin(), sorted.end(), std::greater<float>());
         const float floor = sorted[static_cast<size_t>(k - 1)];
         std::vector<int> want_ids;
         for (int id = 0; id < vocab; ++id)
-          if ((*logits)[static_cast<size_t>(id)] >= floor) want_ids.push_back(id);
+          if (row[static_cast<size_t>(id)] >= floor) want_ids.push_back(id);
         std::vector<int> got_ids = step.ids;
         std::sort(got_ids.begin(), got_ids.end());
         ASSERT_EQ(got_ids, want_ids) << "step " << i;
         for (size_t j = 0; j < step.ids.size(); ++j)
-          EXPECT_EQ(step.values[j], (*logits)[static_cast<size_t>(step.ids[j])]);
+          EXPECT_EQ(step.values[j], row[static_cast<size_t>(step.ids[j])]);
         Sampler s(p);
         got = s.SampleCandidates(step.ids, step.values, device->position());
         ++cut_steps;

@@ -212,24 +212,34 @@ TEST(Sampler, CandidatesFromADeviceCutPickWhatTheWholeRowPicks) {
     p.top_p = std::array<float, 3>{1.0f, 0.9f, 0.5f}[(trial / 16) % 3];
     p.min_p = trial % 5 == 0 ? 0.05f : 0.0f;
     p.seed = static_cast<uint64_t>(trial) * 977u;
+    // Some trials with a repetition penalty over a context that hits the largest logits: the
+    // device cuts the penalized row.
+    std::vector<int32_t> context;
+    std::vector<float> row = l;
+    if (trial % 6 == 1) {
+      p.repetition_penalty = 1.4f;
+      for (int i = 0; i < n; i += 3) context.push_back(i);
+      context.push_back(n + 5);  // outside the row: ignored
+      Sampler::ApplyRepetitionPenalty(row, context, p.repetition_penalty);
+    }
     Sampler s(p);
     const int k = s.CandidatesK();
     ASSERT_EQ(k, p.greedy() ? 1 : p.top_k);
     std::vector<int32_t> ids;
     std::vector<float> values;
-    CutToTopK(l, k, rng, &ids, &values);
+    CutToTopK(row, k, rng, &ids, &values);
     for (int64_t position : {int64_t{3}, int64_t{1000}}) {
-      const int32_t want = s.Sample(l, position, {});
+      const int32_t want = s.Sample(l, position, context);
       EXPECT_EQ(s.SampleCandidates(ids, values, position), want)
           << "trial " << trial << " position " << position << " k " << k;
       ++compared;
     }
   }
   EXPECT_EQ(compared, 800);
-  // A repetition penalty or no top-k needs the whole row.
+  // No top-k needs the whole row; a repetition penalty does not change k.
   SamplingParams pen;
   pen.repetition_penalty = 1.3f;
-  EXPECT_EQ(Sampler(pen).CandidatesK(), 0);
+  EXPECT_EQ(Sampler(pen).CandidatesK(), pen.top_k);
   SamplingParams nok;
   nok.top_k = 0;
   EXPECT_EQ(Sampler(nok).CandidatesK(), 0);

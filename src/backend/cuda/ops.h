@@ -177,6 +177,12 @@ size_t GumbelSampleScratchBytes();
 cudaError_t LaunchGumbelSample(const float* logits, int64_t n, uint64_t seed, int64_t position,
                                double temperature, void* scratch, int* out, cudaStream_t s);
 
+// The repetition penalty on a row of n logits, as the CPU sampler applies it: for each of the
+// `count` distinct ids (device memory; ids outside [0, n) skipped), a positive logit is divided
+// by `penalty`, a negative one multiplied.
+cudaError_t LaunchRepetitionPenalty(float* logits, int64_t n, const int* ids, int count,
+                                    float penalty, cudaStream_t s);
+
 // Every logit at or above the k-th largest of the n (NaN skipped; all non-NaN ones when fewer
 // than k), as ids and values in out_ids/out_vals (the first min(count, cap), by value
 // descending, then id ascending) and their count in *out_count, all device memory; INT_MAX

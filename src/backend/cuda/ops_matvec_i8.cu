@@ -55,19 +55,10 @@ __device__ __forceinline__ void MmaU8S8(int (&c)[4], uint32_t a0, uint32_t a1, u
 #endif
 }
 
-struct Args {
-  int gateup;
-  DevMat w[3];
-  float* y[3];
-  int64_t rows, cols;
-  const uint8_t* const* blobs;
-  const int* idx;
-  const float* x;
-  int64_t x_stride;
-  float* h;
-  unsigned slots;
-  int nmat;       // plain without blobs: the matrices sharing x (their tiles one after another)
-  int64_t turns;  // row blocks in all (per slot with blobs)
+// The launch as the caller describes it, with what the kernel adds.
+struct Args : TcMatVec {
+  int nmat = 1;       // plain without blobs: the matrices sharing x (their tiles one after another)
+  int64_t turns = 0;  // row blocks in all (per slot with blobs)
 };
 
 // Bytes (low 8 bits) of a, b, c, d packed as one word, a lowest.
@@ -454,8 +445,8 @@ cudaError_t LaunchBits(Args& args, cudaStream_t s) {
 
 cudaError_t LaunchAffineMatVecI8(const TcMatVec& a, cudaStream_t s) {
   if (!Allowed() || a.rows <= 0 || a.slots == 0) return cudaErrorNotSupported;
-  // Expert blobs in host memory (the mapped path) take this kernel too, although a quad reads
-  // only 8–16 bytes of each row per load: the logits stay bit-identical to a resident run.
+  // Expert blobs in host memory (the mapped path) take this kernel too, so that the logits stay
+  // bit-identical to a resident run (its whole 16-byte copies make fair PCIe requests).
   if ((reinterpret_cast<uintptr_t>(a.x) & 15u) != 0 || a.cols % 64 != 0 || a.cols > 8192)
     return cudaErrorNotSupported;
   if (a.gateup && a.blobs != nullptr && a.x_stride % 4 != 0) return cudaErrorNotSupported;
@@ -466,21 +457,9 @@ cudaError_t LaunchAffineMatVecI8(const TcMatVec& a, cudaStream_t s) {
   for (int i = 0; i < nmat; ++i)
     if (!Fits(a.w[i], a.cols, bits)) return cudaErrorNotSupported;
   if (a.gateup && a.w[0].rows != a.w[1].rows) return cudaErrorNotSupported;
-  Args args{};
-  args.gateup = a.gateup ? 1 : 0;
-  for (int i = 0; i < 3; ++i) {
-    args.w[i] = a.w[i];
-    args.y[i] = a.y[i];
-  }
-  args.rows = a.rows;
-  args.cols = a.cols;
-  args.blobs = a.blobs;
-  args.idx = a.idx;
-  args.x = a.x;
-  args.x_stride = a.x_stride;
-  args.h = a.h;
+  Args args;
+  static_cast<TcMatVec&>(args) = a;
   args.nmat = nmat;
-  args.slots = a.slots;
   return bits == 4 ? LaunchBits<4>(args, s) : LaunchBits<8>(args, s);
 }
 

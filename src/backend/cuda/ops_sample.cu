@@ -1,8 +1,8 @@
-// The unfiltered Gumbel-max draw on the GPU (at any temperature), so a decode step's 262,144 logits
-// never cross PCIe: the same counter-based noise as the CPU sampler (sample/sampler.cpp: SplitMix64
-// over seed, position and token, 53 bits offset by half a step, −log(−log(u)) in double) and the
-// same winner rule (largest score; equal scores: larger logit, then smaller id; NaN logits
-// skipped).
+// Token picking on the GPU, so a decode step's 262,144 logits never cross PCIe: the unfiltered
+// Gumbel-max draw at any temperature, with the same counter-based noise as the CPU sampler
+// (sample/sampler.cpp: SplitMix64 over seed, position and token, 53 bits offset by half a step,
+// −log(−log(u)) in double) and the same winner rule (largest score; equal scores: larger logit,
+// then smaller id; NaN logits skipped); and the repetition penalty, applied to the row first.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/launch.cuh"
@@ -88,7 +88,26 @@ __global__ void GumbelFinal(const Best* partial, int n, int* out) {
   if (threadIdx.x == 0) *out = b.id < 0 ? 0 : b.id;
 }
 
+__global__ void RepetitionPenaltyKernel(float* logits, int n, const int* ids, int count,
+                                        float penalty) {
+  PdlEnter();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+    const int id = ids[i];
+    if (id < 0 || id >= n) continue;
+    const float v = logits[id];
+    logits[id] = v > 0 ? v / penalty : v * penalty;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchRepetitionPenalty(float* logits, int64_t n, const int* ids, int count,
+                                    float penalty, cudaStream_t s) {
+  if (count <= 0) return cudaSuccess;
+  LaunchKernel(RepetitionPenaltyKernel, static_cast<unsigned>((count + 255) / 256), 256, 0, s,
+               logits, static_cast<int>(n), ids, count, penalty);
+  return cudaGetLastError();
+}
 
 size_t GumbelSampleScratchBytes() {
   return sizeof(Best) * kBlocks;
