@@ -254,8 +254,9 @@ __device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const
 
 // Blocks of kTiles × kSlices warps. Plain: tile t covers rows 16t..16t+15 of the block's rows of
 // one matrix; gateup (kTiles 2): tile 0 the gate rows, tile 1 the same up rows.
-// 64 registers: four 256-thread blocks per SM, so the 512 row blocks of a q/k/v launch and the
-// 352 of an expert launch take one wave (shared memory allows it: 33–63 KB a block).
+// 64 registers: up to four 256-thread blocks per SM, so a launch fits one wave: q/k/v's 512
+// row blocks (38 KB of shared memory each, four per SM), expert down's 352 (33 KB), expert
+// gate/up's 352 (63 KB: three per SM, 396 at once).
 template <int kBits, int kTiles, int kSlices>
 __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * kSlices))
     AffineMatVecI8Kernel(Args a, int stages) {
