@@ -376,6 +376,12 @@ bool Session::samples_on_device() const {
   return on_gpu();  // the draw runs wherever the forward pass does
 }
 
+std::vector<int32_t> Session::PenaltyIds(float repetition_penalty,
+                                         const std::vector<int>& context) const {
+  if (repetition_penalty == 1.0f) return {};
+  return Sampler::PenalizedIds(context, engine_->config().vocab_size);
+}
+
 Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature,
                                    float repetition_penalty) {
   RW_RETURN_IF_ERROR(init_);
@@ -393,9 +399,7 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature,
   std::vector<float> logits;
 #ifdef REDWING_HAVE_CUDA
   if (cuda_) {
-    const std::vector<int32_t> penalized =
-        repetition_penalty != 1.0f ? Sampler::PenalizedIds(context, engine_->config().vocab_size)
-                                   : std::vector<int32_t>{};
+    const std::vector<int32_t> penalized = PenaltyIds(repetition_penalty, context);
     cuda_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
     Status s =
         cuda_->RunAndSample(id, position(), seed, temperature, position() + 1, &next, &call.parts);
@@ -444,9 +448,7 @@ Status Session::DecodeTopK(int id, int k, float repetition_penalty, TopKStep* ou
 #ifdef REDWING_HAVE_CUDA
   static_assert(kMaxDeviceTopK == CudaForwardPass::kMaxTopK);
   if (cuda_) {
-    const std::vector<int32_t> penalized =
-        repetition_penalty != 1.0f ? Sampler::PenalizedIds(context, engine_->config().vocab_size)
-                                   : std::vector<int32_t>{};
+    const std::vector<int32_t> penalized = PenaltyIds(repetition_penalty, context);
     cuda_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
     Status s =
         cuda_->RunAndTopK(id, position(), k, &out->ids, &out->values, &out->logits, &call.parts);

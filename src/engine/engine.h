@@ -211,6 +211,8 @@ class Session {
   Status Check(std::span<const int> ids) const;
   // The timeline and the stats after a decode step of token id that took `seconds`.
   void RecordDecode(int id, CallStats call, double seconds);
+  // The distinct ids a repetition penalty touches in this context (none when it is 1).
+  std::vector<int32_t> PenaltyIds(float repetition_penalty, const std::vector<int>& context) const;
   Status RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits, ForwardStats* st);
   void BuildCpu();
   // The call at position() (ids[0..m)) met a CUDA error: close the session, or finish the call
