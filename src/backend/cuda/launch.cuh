@@ -40,6 +40,10 @@ __device__ __forceinline__ void PdlEnter() {
 // this thread has not turned it off (SetOverlappedLaunches in ops.h).
 bool PdlEnabled();
 
+// How many blocks of `kernel` (threads each, smem bytes of dynamic shared memory) the GPU holds
+// at once: SMs × blocks per SM, at least 1 (a grid beyond it would run a second wave).
+unsigned ResidentBlocks(const void* kernel, int threads, size_t smem);
+
 template <typename... Params, typename... Args>
 cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                          cudaStream_t s, Args&&... args) {

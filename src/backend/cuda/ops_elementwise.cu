@@ -643,27 +643,6 @@ cudaError_t MoeFinishLaunch(const int* idx, const float* w, const int* rows, con
 
 }  // namespace
 
-namespace {
-thread_local bool t_pdl = true;
-}  // namespace
-
-void SetOverlappedLaunches(bool on) {
-  t_pdl = on;
-}
-
-bool PdlEnabled() {
-  static const bool supported = [] {
-    const char* e = std::getenv("REDWING_CUDA_PDL");
-    if (e != nullptr && std::strcmp(e, "0") == 0) return false;
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-      return false;
-    return major >= 9;
-  }();
-  return supported && t_pdl;
-}
-
 cudaError_t LaunchRmsNormRows(const float* x, float* y, int64_t rows, int n, const float* w,
                               float eps, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;

@@ -499,12 +499,8 @@ FastShape FastFor(const DevMat& w, const float* x) {
 // the rows rather than wait for a second wave, and stage x once each).
 template <typename Kernel>
 unsigned FastGridCap(Kernel kernel, int64_t cols) {
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kWarps,
-                                                static_cast<size_t>(StagedBytes(cols)));
-  return static_cast<unsigned>(std::max(sms, 1) * std::max(per_sm, 1));
+  return ResidentBlocks(reinterpret_cast<const void*>(kernel), 32 * kWarps,
+                        static_cast<size_t>(StagedBytes(cols)));
 }
 
 // Rows per warp: as many as keep ≤ 8 chunks per lane in flight.

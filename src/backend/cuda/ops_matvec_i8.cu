@@ -415,17 +415,12 @@ cudaError_t LaunchT(Args& args, cudaStream_t s) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem - 2048);
   if (attr != cudaSuccess) return cudaErrorNotSupported;
   unsigned blocks = static_cast<unsigned>(args.turns);
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, sp.Bytes());
-  const unsigned cap = static_cast<unsigned>(std::max(sms, 1) * std::max(per_sm, 1));
-  if (args.blobs == nullptr && blocks > cap) {
+  const void* k = reinterpret_cast<const void*>(kernel);
+  if (args.blobs == nullptr && blocks > ResidentBlocks(k, kThreads, sp.Bytes())) {
     // The LM head: blocks stride over the rows, the next turn's rows loading during this one's.
     sp.stages = 2;
     if (sp.Bytes() + 2048 > max_smem) sp.stages = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, sp.Bytes());
-    blocks = static_cast<unsigned>(std::max(sms, 1) * std::max(per_sm, 1));
+    blocks = ResidentBlocks(k, kThreads, sp.Bytes());
   }
   const unsigned slots = args.blobs != nullptr ? args.slots : 1;
   return LaunchKernel(kernel, dim3(blocks, slots, 1), kThreads, static_cast<size_t>(sp.Bytes()), s,

@@ -67,17 +67,7 @@ __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 #endif
 }
 
-struct Args {
-  int gateup;
-  DevMat w[3];
-  float* y[3];
-  int64_t rows, cols;
-  const uint8_t* const* blobs;
-  const int* idx;
-  const float* x;
-  int64_t x_stride;
-  float* h;
-};
+using Args = TcMatVec;  // a launch as the caller describes it
 
 // Stages x's three bf16 parts ([3][cols], permuted) and the group sums of x ([cols/G], in
 // column order) in shared memory.
@@ -288,12 +278,8 @@ cudaError_t LaunchT(const Args& args, const TcMatVec& a, cudaStream_t s) {
   const int rows_per_block = a.gateup ? 16 : 16 * kTiles;
   unsigned blocks = static_cast<unsigned>((a.rows + rows_per_block - 1) / rows_per_block);
   if (blocks > 2048) {  // the LM head: stride over the rows with what the GPU holds at once
-    int dev = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, AffineMatVecTcKernel<G, kMaxG>, kThreads,
-                                                  smem);
-    const unsigned cap = static_cast<unsigned>(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+    const unsigned cap = ResidentBlocks(
+        reinterpret_cast<const void*>(AffineMatVecTcKernel<G, kMaxG>), kThreads, smem);
     blocks = blocks < cap ? blocks : cap;
   }
   return LaunchKernel(AffineMatVecTcKernel<G, kMaxG>, dim3(blocks, a.slots, 1), kThreads, smem, s,
@@ -322,19 +308,7 @@ cudaError_t LaunchAffineMatVecTc(const TcMatVec& a, cudaStream_t s) {
   for (int i = 0; i < nmat; ++i)
     if (!Fits(a.w[i], a.cols) || a.w[i].group != group) return cudaErrorNotSupported;
   if (a.gateup && a.w[0].rows != a.w[1].rows) return cudaErrorNotSupported;
-  Args args{};
-  args.gateup = a.gateup ? 1 : 0;
-  for (int i = 0; i < 3; ++i) {
-    args.w[i] = a.w[i];
-    args.y[i] = a.y[i];
-  }
-  args.rows = a.rows;
-  args.cols = a.cols;
-  args.blobs = a.blobs;
-  args.idx = a.idx;
-  args.x = a.x;
-  args.x_stride = a.x_stride;
-  args.h = a.h;
+  const Args& args = a;
   // Groups per warp: the kernel holds all of a warp's loads in registers.
   const int64_t per_warp = (a.cols / group + kSlices - 1) / kSlices;
   if (group == 64) {
