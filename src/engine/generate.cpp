@@ -28,7 +28,7 @@ Result<int> TokenTimeline::DecodeAndSample(int id, Sampler& sampler) {
 Result<int> SessionTimeline::DecodeAndSample(int id, Sampler& sampler) {
   if (!s_.samples_on_device()) return TokenTimeline::DecodeAndSample(id, sampler);
   const SamplingParams& p = sampler.params();
-  if (!p.greedy() && p.top_k == 0 && p.top_p >= 1.0f && p.min_p <= 0.0f)
+  if (sampler.unfiltered())
     return s_.DecodeSampled(id, p.seed, p.temperature, p.repetition_penalty);
   const int k = sampler.CandidatesK();
   if (k < 1 || k > Session::kMaxDeviceTopK) return TokenTimeline::DecodeAndSample(id, sampler);
@@ -107,8 +107,7 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
   }
 
   // Prefill what the cache does not hold, a chunk (or layer-major span) at a time; the cancel
-  // flag is also polled inside an append, so cancellation is prompt. The last chunk's append
-  // also picks the first new token.
+  // flag is also polled inside an append, so cancellation is prompt.
   std::vector<float> logits;
   const int64_t chunk = std::max<int64_t>(1, t.chunk());
   for (int64_t i = r.reused_tokens; i < n; i += chunk) {

@@ -157,8 +157,7 @@ int32_t Sampler::Sample(std::span<const float> logits, int64_t position,
       if (logits[i] > logits[best] || std::isnan(logits[best])) best = i;
     return best;
   }
-  if (!p_.greedy() && p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f)
-    return SampleUnfiltered(logits, position, context);
+  if (unfiltered()) return SampleUnfiltered(logits, position, context);
   return Draw(Candidates(logits, context), position);
 }
 

@@ -33,6 +33,11 @@ class Sampler {
  public:
   explicit Sampler(SamplingParams params) : p_(params) {}
   const SamplingParams& params() const { return p_; }
+  // A draw from the whole row with nothing cut (temperature > 0, top-k, top-p and min-p off): the
+  // Gumbel-max draw over every logit, the repetition penalty aside.
+  bool unfiltered() const {
+    return !p_.greedy() && p_.top_k == 0 && p_.top_p >= 1.0f && p_.min_p <= 0.0f;
+  }
 
   // Picks the token at sequence position `position` (the index the new token will occupy).
   // `context` holds the ids before it (prompt and generated), used by the repetition penalty.
