@@ -141,6 +141,10 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   u_ = Floats(M * c_.intermediate_size);
   m1_ = Floats(M * H);
   r_ = Floats(M * H);
+  if (M >= 16) {
+    split_bytes_ = SplitBytes(c_, M);
+    split_ = Floats(static_cast<int64_t>(split_bytes_ / 4));
+  }
   int max_splits = 1;
   for (int i = 0; i < c_.num_layers; ++i) max_splits = std::max(max_splits, Splits(i, 1));
   partial_ = Floats(cuda::AttentionPartialFloats(std::max<int64_t>(M, max_splits), nh,
@@ -259,12 +263,35 @@ Status CudaForwardPass::WaitRouting() {
   return Status::Ok();
 }
 
-Status CudaForwardPass::Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y) {
-  const cudaError_t e =
-      m == 1 ? cuda::LaunchMatVec(w, x, y, S(stream_)) : cuda::LaunchMatMul(w, x, m, y, S(stream_));
+Status CudaForwardPass::Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y,
+                               const cuda::XPlanes* xp) {
+  const cudaError_t e = m == 1 ? cuda::LaunchMatVec(w, x, y, S(stream_))
+                               : cuda::LaunchMatMul(w, x, m, y, S(stream_), xp);
   RW_CUDA_RETURN_IF_ERROR(e, "linear {}x{} on {} rows", w.rows, w.cols, m);
   if (timing_) return Mark(m == 1 ? "matvec" : "matmul");
   return Status::Ok();
+}
+
+uint64_t CudaForwardPass::SplitBytes(const ModelConfig& c, int64_t M) {
+  // The widest input of a prefill matmul: the residual, the attention output, the dense MLP's
+  // intermediate, or the experts' (token, choice) rows.
+  const int64_t hd_max = std::max(c.sliding.head_dim, c.full.head_dim);
+  size_t bytes =
+      std::max({cuda::SplitXBytes(M, c.hidden_size), cuda::SplitXBytes(M, c.num_heads * hd_max),
+                cuda::SplitXBytes(M, c.intermediate_size)});
+  if (c.enable_moe)
+    bytes = std::max(bytes, cuda::SplitXBytes(M * c.top_k, c.moe_intermediate_size));
+  return bytes;
+}
+
+Result<const cuda::XPlanes*> CudaForwardPass::SplitX(const float* x, int64_t m, int64_t cols) {
+  planes_ = cuda::XPlanes{};
+  if (m < 16 || split_ == nullptr) return static_cast<const cuda::XPlanes*>(nullptr);
+  const cudaError_t e = cuda::LaunchSplitX(x, m, cols, split_, split_bytes_, &planes_, S(stream_));
+  if (e == cudaErrorNotSupported) return static_cast<const cuda::XPlanes*>(nullptr);
+  RW_CUDA_RETURN_IF_ERROR(e, "x split for the matmuls ({}x{})", m, cols);
+  if (timing_) RW_RETURN_IF_ERROR(Mark("split"));
+  return static_cast<const cuda::XPlanes*>(&planes_);
 }
 
 Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
@@ -545,9 +572,10 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
     float* const y[3] = {q_, k_, v_};
     RW_K(cuda::LaunchMatVecMulti(w, y, g.k_eq_v ? 2 : 3, a_, s), "q/k/v");
   } else {
-    RW_RETURN_IF_ERROR(Linear(L.q, a_, m, q_));
-    RW_RETURN_IF_ERROR(Linear(L.k, a_, m, k_));
-    if (!g.k_eq_v) RW_RETURN_IF_ERROR(Linear(L.v, a_, m, v_));
+    RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xp, SplitX(a_, m, H));
+    RW_RETURN_IF_ERROR(Linear(L.q, a_, m, q_, xp));
+    RW_RETURN_IF_ERROR(Linear(L.k, a_, m, k_, xp));
+    if (!g.k_eq_v) RW_RETURN_IF_ERROR(Linear(L.v, a_, m, v_, xp));
   }
   if (g.k_eq_v) {
     RW_K(
@@ -569,7 +597,8 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
                              v_cache_[static_cast<size_t>(li)], nkv, hd, cap, pos0, window, 1.0f,
                              Splits(li, m), partial_, att_, s),
        "attention");
-  RW_RETURN_IF_ERROR(Linear(L.o, att_, m, o_));
+  RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xo, SplitX(att_, m, int64_t{nh} * hd));
+  RW_RETURN_IF_ERROR(Linear(L.o, att_, m, o_, xo));
   residual_intact_ = false;  // x_ stops being this layer's input (see resume_layer)
   // A8 (fused into DecoderLayer's next kernel unless REDWING_CUDA_FUSE=0).
   if (!FuseRows())
@@ -586,11 +615,13 @@ Status CudaForwardPass::DenseMlp(int li, int64_t m) {
   if (m == 1) {
     RW_K(cuda::LaunchGateUpGeglu(L.gate, L.up, a_, g_, s), "gate/up");
   } else {
-    RW_RETURN_IF_ERROR(Linear(L.gate, a_, m, g_));
-    RW_RETURN_IF_ERROR(Linear(L.up, a_, m, u_));
+    RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xp, SplitX(a_, m, c_.hidden_size));
+    RW_RETURN_IF_ERROR(Linear(L.gate, a_, m, g_, xp));
+    RW_RETURN_IF_ERROR(Linear(L.up, a_, m, u_, xp));
     RW_K(cuda::LaunchGeglu(g_, u_, m * I, s), "geglu");
   }
-  RW_RETURN_IF_ERROR(Linear(L.down, g_, m, m1_));
+  RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xd, SplitX(g_, m, I));
+  RW_RETURN_IF_ERROR(Linear(L.down, g_, m, m1_, xd));
   // With experts, RMS_post_ff_1 is applied by Experts' final kernel (LaunchMoeFinish).
   return Status::Ok();
 }
@@ -727,6 +758,9 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
     for (size_t i = 0; i < used.size(); ++i) hp[i] = cache->Entry(li, used[i]);
     cache->Record(li, used);
   }
+  // The experts' input split once for every batch's gate and up (re-split after a batch's down
+  // used the scratch).
+  RW_ASSIGN_OR_RETURN(const cuda::XPlanes* x2, SplitX(a2_, m, c_.hidden_size));
   for (size_t b0 = 0; b0 < used.size(); b0 += per_batch) {
     const size_t b1 = std::min(used.size(), b0 + per_batch);
     const int groups = static_cast<int>(b1 - b0);
@@ -737,16 +771,21 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
     int max_rows = 0;
     for (size_t i = b0; i < b1; ++i) max_rows = std::max(max_rows, rows[i]);
     RW_K(cuda::LaunchExpertMatMul(L.experts, 0, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
-                                  d_gather, a2_, ex_g_, s),
+                                  d_gather, a2_, ex_g_, s, x2),
          "expert gate");
     RW_K(cuda::LaunchExpertMatMul(L.experts, 1, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
-                                  d_gather, a2_, ex_u_, s),
+                                  d_gather, a2_, ex_u_, s, x2),
          "expert up");
     const int64_t r0 = row0[b0], nrows = int64_t{row0[b1 - 1]} + rows[b1 - 1] - r0;
     RW_K(cuda::LaunchGeglu(ex_g_ + r0 * I, ex_u_ + r0 * I, nrows * I, s), "expert geglu");
+    // The split covers the grouped rows up to this batch's end (row0s index it directly).
+    RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xh, SplitX(ex_g_, r0 + nrows, I));
     RW_K(cuda::LaunchExpertMatMul(L.experts, 2, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
-                                  nullptr, ex_g_, ex_y_, s),
+                                  nullptr, ex_g_, ex_y_, s, xh),
          "expert down");
+    if (b1 < used.size()) {
+      RW_ASSIGN_OR_RETURN(x2, SplitX(a2_, m, c_.hidden_size));
+    }
   }
   rows_of_ = d_row_of;
   return Status::Ok();
@@ -759,7 +798,8 @@ Status CudaForwardPass::Head(int64_t row0, int64_t rows) {
   RW_K(cuda::LaunchRmsNormRows(x_ + row0 * H, a_, rows, static_cast<int>(H), model_.final_norm(),
                                static_cast<float>(c_.rms_norm_eps), s),
        "final norm");
-  RW_RETURN_IF_ERROR(Linear(model_.embed(), a_, rows, logits_));
+  RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xp, SplitX(a_, rows, H));
+  RW_RETURN_IF_ERROR(Linear(model_.embed(), a_, rows, logits_, xp));
   if (c_.final_logit_softcapping > 0)
     RW_K(cuda::LaunchSoftcap(logits_, rows * V, static_cast<float>(c_.final_logit_softcapping), s),
          "softcap");

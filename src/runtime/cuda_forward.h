@@ -64,6 +64,8 @@ class CudaForwardPass {
   // when there are more than kTopKCap of them (ties), the whole row into `logits` instead (the
   // other outputs are then empty).
   static constexpr int kTopKCap = 1024;
+  // Device bytes of the prefill split scratch for chunks of up to max_chunk tokens.
+  static uint64_t SplitBytes(const ModelConfig& config, int64_t max_chunk);
   static constexpr int kMaxTopK = 64;  // cuda::kMaxTopK
   Status RunAndTopK(int id, int64_t pos0, int k, std::vector<int>* ids, std::vector<float>* values,
                     std::vector<float>* logits, ForwardStats* stats);
@@ -123,7 +125,13 @@ class CudaForwardPass {
   Status AfterCall(int64_t m);
   Status ExpertsPrefill(int li, int64_t m);
   Status Head(int64_t row0, int64_t rows);
-  Status Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y);
+  // xp: x split by SplitX for the affine prefill matmuls (null: the kernel reads x itself).
+  Status Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y,
+                const cuda::XPlanes* xp = nullptr);
+  // Prefill: splits x[m][cols] once for the matmuls that read it next; returns the planes, or
+  // null where the split does not apply (decode, short chunks, odd widths). The planes are
+  // planes_: valid until the next SplitX.
+  Result<const cuda::XPlanes*> SplitX(const float* x, int64_t m, int64_t cols);
   Status Sync();
   // REDWING_CUDA_TIMING=1: an event after each op, read back per call into per-op GPU times
   // (printed to stderr when the pass is destroyed).
@@ -155,7 +163,11 @@ class CudaForwardPass {
         *ex_y_ = nullptr, *partial_ = nullptr;
   float *rope_cos_s_ = nullptr, *rope_sin_s_ = nullptr, *rope_cos_f_ = nullptr,
         *rope_sin_f_ = nullptr;
-  int* topk_idx_ = nullptr;       // [max(chunk, layers)][top_k]
+  int* topk_idx_ = nullptr;  // [max(chunk, layers)][top_k]
+  // Prefill: the split of the x the next matmuls read (SplitX), in split_ (split_bytes_).
+  void* split_ = nullptr;
+  size_t split_bytes_ = 0;
+  cuda::XPlanes planes_;
   const int* rows_of_ = nullptr;  // prefill: row of each (token, choice) in ex_y_
   float* logits_ = nullptr;       // [logits_rows_][V]
   int64_t logits_rows_ = 0;

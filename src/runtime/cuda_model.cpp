@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "runtime/cuda_forward.h"
 #include "runtime/forward.h"
 #include "runtime/kv_cache.h"
 
@@ -49,7 +50,7 @@ uint64_t CudaModel::SessionBytes(const ModelConfig& c, int64_t max_context, int6
   // The KV cache exactly; scratch bounded by twice the CPU pass's (the GPU adds the split-KV
   // partials, the expert plan and a second logits row at most).
   return KvCache::BytesFor(c, max_context, chunk) + 2 * ForwardPass::ScratchBytes(c, chunk) +
-         (64ull << 20);
+         CudaForwardPass::SplitBytes(c, chunk) + (64ull << 20);
 }
 
 Result<cuda::DevMat> CudaModel::Matrix(const WeightView& w) {

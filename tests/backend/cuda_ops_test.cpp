@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -186,6 +187,118 @@ TEST(CudaOps, AffineMatMulBf16) {
   EXPECT_LT(RelErr(dy.Get(), want), 1.5e-5);
 }
 
+// The split of x for the planes matmul: per 32-column block, column 8·tig + v + 4e sits at
+// position 8v + 2·tig + e, and the three parts add up to x exactly (values
+// of every magnitude, zeros, negatives); the sums are the 32-column sums.
+TEST(CudaOps, SplitXIsExact) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  const int64_t rows = 37, cols = 96;
+  std::vector<float> x = Randn(rows * cols, rng);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] *= std::ldexp(1.0f, static_cast<int>(i % 41) - 20);
+  x[5] = 0.0f;
+  x[6] = -0.0f;
+  Dev<float> dx(x);
+  Dev<uint8_t> scratch(std::vector<uint8_t>(cuda::SplitXBytes(rows, cols), 0xAB));
+  cuda::XPlanes xp;
+  ASSERT_EQ(cuda::LaunchSplitX(dx.p(), rows, cols, scratch.p(), cuda::SplitXBytes(rows, cols), &xp,
+                               nullptr),
+            cudaSuccess);
+  ASSERT_EQ(xp.rows, rows);
+  const std::vector<uint8_t> bytes = scratch.Get();
+  const auto* planes = reinterpret_cast<const uint16_t*>(bytes.data());
+  const auto* sums = reinterpret_cast<const float*>(planes + 3 * rows * cols);
+  auto bf = [](uint16_t b) {
+    float f;
+    const uint32_t u = static_cast<uint32_t>(b) << 16;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int in = static_cast<int>(c % 32), tig = in / 8, v = in % 4, e = (in / 4) % 2;
+      const int64_t pos = c / 32 * 32 + 8 * v + 2 * tig + e;
+      const int64_t at = r * cols + pos;
+      const double sum = static_cast<double>(bf(planes[at])) + bf(planes[rows * cols + at]) +
+                         bf(planes[2 * rows * cols + at]);
+      ASSERT_EQ(sum, static_cast<double>(x[r * cols + c])) << r << " " << c;
+    }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      double want = 0;
+      for (int i = 0; i < 32; ++i) want += x[r * cols + b * 32 + i];
+      EXPECT_NEAR(sums[r * (cols / 32) + b], want, 1e-4 * (1 + std::abs(want)));
+    }
+  // Not a multiple of 32 columns, misaligned x, too little scratch.
+  EXPECT_EQ(cuda::LaunchSplitX(dx.p(), 3, 40, scratch.p(), 1 << 20, &xp, nullptr),
+            cudaErrorNotSupported);
+  EXPECT_EQ(cuda::LaunchSplitX(dx.p() + 1, 3, 32, scratch.p(), 1 << 20, &xp, nullptr),
+            cudaErrorNotSupported);
+  EXPECT_EQ(cuda::LaunchSplitX(dx.p(), rows, cols, scratch.p(), 100, &xp, nullptr),
+            cudaErrorInvalidValue);
+}
+
+// The planes matmul (x split once by LaunchSplitX) against the reference: the bf16 kernel's
+// cases; outputs poisoned first. Gathered expert rows go through it in ExpertKernels.
+TEST(CudaOps, AffineMatMulPlanes) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(33);
+  struct Case {
+    int bits, group;
+    int64_t n, k;
+    float offset;
+  };
+  const Case cases[] = {{4, 64, 200, 704, 0.f},  {8, 64, 130, 320, 3.f},  {4, 32, 7, 224, 0.f},
+                        {8, 32, 65, 96, 0.f},    {4, 128, 129, 384, 3.f}, {8, 128, 64, 256, 0.f},
+                        {4, 64, 300, 2816, 0.f}, {8, 64, 257, 2112, 1.f}, {4, 32, 33, 160, 0.f}};
+  double worst = 0;
+  for (const Case& c : cases) {
+    HostWeight h = RandomWeight(WeightType::kAffine, c.n, c.k, c.bits, c.group, rng);
+    auto dw = cuda::DeviceWeight::Upload(h.view);
+    ASSERT_TRUE(dw.ok());
+    const cuda::DevMat w = ToDevMat(dw->view());
+    for (int64_t m : {1, 17, 64, 133}) {
+      SCOPED_TRACE(fmt::format("bits {} group {} {}x{} m {}", c.bits, c.group, c.n, c.k, m));
+      std::vector<float> x = Randn(m * c.k, rng);
+      for (float& v : x) v += c.offset;
+      std::vector<float> want(m * c.n);
+      cpu::ref::MatMul(h.view, x.data(), m, want.data());
+      Dev<float> dx(x);
+      Dev<uint8_t> scratch(cuda::SplitXBytes(m, c.k));
+      cuda::XPlanes xp;
+      ASSERT_EQ(
+          cuda::LaunchSplitX(dx.p(), m, c.k, scratch.p(), cuda::SplitXBytes(m, c.k), &xp, nullptr),
+          cudaSuccess);
+      Dev<float> dy(std::vector<float>(want.size(), std::nanf("")));
+      ASSERT_EQ(cuda::LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, xp,
+                                               dy.p(), nullptr),
+                cudaSuccess);
+      double err = RelErr(dy.Get(), want);
+      EXPECT_LT(err, 1.5e-5);
+      worst = std::max(worst, err);
+      // The same through LaunchMatMul (planes taken from 16 rows on).
+      Dev<float> dz(std::vector<float>(want.size(), std::nanf("")));
+      ASSERT_EQ(cuda::LaunchMatMul(w, dx.p(), m, dz.p(), nullptr, &xp), cudaSuccess);
+      err = RelErr(dz.Get(), want);
+      EXPECT_LT(err, 1.5e-5);
+    }
+  }
+  std::printf("planes matmul: worst relative error %.3g\n", worst);
+  // Planes of another width: not taken.
+  HostWeight h = RandomWeight(WeightType::kAffine, 70, 192, 4, 64, rng);
+  auto dw = cuda::DeviceWeight::Upload(h.view);
+  ASSERT_TRUE(dw.ok());
+  Dev<float> dx(Randn(20 * 224, rng)), dy(20 * 70);
+  Dev<uint8_t> scratch(cuda::SplitXBytes(20, 224));
+  cuda::XPlanes xp;
+  ASSERT_EQ(
+      cuda::LaunchSplitX(dx.p(), 20, 224, scratch.p(), cuda::SplitXBytes(20, 224), &xp, nullptr),
+      cudaSuccess);
+  EXPECT_EQ(cuda::LaunchAffineMatMulPlanes(ToDevMat(dw->view()), nullptr, 1, nullptr, nullptr, 20,
+                                           20, nullptr, xp, dy.p(), nullptr),
+            cudaErrorNotSupported);
+}
+
 TEST(CudaOps, MatVecMultiSharesTheInput) {
   REQUIRE_CUDA();
   std::mt19937 rng(21);
@@ -322,28 +435,45 @@ TEST(CudaOps, ExpertKernels) {
       cpu::ref::GegluInPlace(wg.data(), wu.data(), I);
       EXPECT_LT(RelErr(dh.Get(), wg), 2e-6);
     }
-    // Prefill: groups of 5, 1 and 37 rows gathered from 40 tokens.
+    // Prefill: groups of 5, 1 and 37 rows gathered from 40 tokens; x read directly, or split
+    // once (LaunchSplitX) for the planes kernel.
     const int64_t T = 40;
     const std::vector<float> xt = Randn(T * H, rng);
     std::vector<int> rows = {5, 1, 37}, row0 = {0, 5, 6}, gather(43);
     for (int r = 0; r < 43; ++r) gather[r] = (r * 7) % T;
-    Dev<float> dxt(xt), dout(43 * I), ddown(43 * H);
     Dev<int> drows(rows), drow0(row0), dgather(gather);
-    ASSERT_EQ(cuda::LaunchExpertMatMul(b.mats, 1, dptrs.p(), n, drow0.p(), drows.p(), 37,
-                                       dgather.p(), dxt.p(), dout.p(), nullptr),
-              cudaSuccess);
-    ASSERT_EQ(cuda::LaunchExpertMatMul(b.mats, 2, dptrs.p(), n, drow0.p(), drows.p(), 37, nullptr,
-                                       dout.p(), ddown.p(), nullptr),
-              cudaSuccess);
-    const std::vector<float> up = dout.Get(), down = ddown.Get();
-    for (int grp = 0; grp < n; ++grp)
-      for (int r = row0[grp]; r < row0[grp] + rows[grp]; ++r) {
-        std::vector<float> wu(I), wd(H);
-        cpu::ref::MatVec(b.parts[order[grp] * 3 + 1].view, &xt[gather[r] * H], wu.data());
-        cpu::ref::MatVec(b.parts[order[grp] * 3 + 2].view, &up[r * I], wd.data());
-        EXPECT_LT(RelErr({up.begin() + r * I, up.begin() + (r + 1) * I}, wu), 1.5e-5) << r;
-        EXPECT_LT(RelErr({down.begin() + r * H, down.begin() + (r + 1) * H}, wd), 1.5e-5) << r;
+    for (bool split : {false, true}) {
+      SCOPED_TRACE(split ? "split" : "direct");
+      Dev<float> dxt(xt), dout(43 * I), ddown(43 * H);
+      Dev<uint8_t> scratch(cuda::SplitXBytes(T, H) + cuda::SplitXBytes(43, I));
+      cuda::XPlanes xp, hp;
+      if (split) {
+        ASSERT_EQ(
+            cuda::LaunchSplitX(dxt.p(), T, H, scratch.p(), cuda::SplitXBytes(T, H), &xp, nullptr),
+            cudaSuccess);
       }
+      ASSERT_EQ(
+          cuda::LaunchExpertMatMul(b.mats, 1, dptrs.p(), n, drow0.p(), drows.p(), 37, dgather.p(),
+                                   dxt.p(), dout.p(), nullptr, split ? &xp : nullptr),
+          cudaSuccess);
+      if (split) {
+        ASSERT_EQ(cuda::LaunchSplitX(dout.p(), 43, I, scratch.p() + cuda::SplitXBytes(T, H),
+                                     cuda::SplitXBytes(43, I), &hp, nullptr),
+                  cudaSuccess);
+      }
+      ASSERT_EQ(cuda::LaunchExpertMatMul(b.mats, 2, dptrs.p(), n, drow0.p(), drows.p(), 37, nullptr,
+                                         dout.p(), ddown.p(), nullptr, split ? &hp : nullptr),
+                cudaSuccess);
+      const std::vector<float> up = dout.Get(), down = ddown.Get();
+      for (int grp = 0; grp < n; ++grp)
+        for (int r = row0[grp]; r < row0[grp] + rows[grp]; ++r) {
+          std::vector<float> wu(I), wd(H);
+          cpu::ref::MatVec(b.parts[order[grp] * 3 + 1].view, &xt[gather[r] * H], wu.data());
+          cpu::ref::MatVec(b.parts[order[grp] * 3 + 2].view, &up[r * I], wd.data());
+          EXPECT_LT(RelErr({up.begin() + r * I, up.begin() + (r + 1) * I}, wu), 1.5e-5) << r;
+          EXPECT_LT(RelErr({down.begin() + r * H, down.begin() + (r + 1) * H}, wd), 1.5e-5) << r;
+        }
+    }
   }
 }
 

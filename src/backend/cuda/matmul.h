@@ -28,4 +28,12 @@ cudaError_t LaunchAffineMatMulBf16(const DevMat& w, const uint8_t* const* blobs,
                                    int64_t max_rows, const int* gather, const float* x, float* y,
                                    cudaStream_t s);
 
+// The same product over x split by LaunchSplitX (x.rows rows, gathered by gather): no split in
+// the kernel. cudaErrorNotSupported unless w is affine 4/8-bit with group 32 or a multiple of
+// 64, its codes 16-byte aligned and x.cols == w.cols.
+cudaError_t LaunchAffineMatMulPlanes(const DevMat& w, const uint8_t* const* blobs, int groups,
+                                     const int* row0s, const int* rowss, int64_t dense_rows,
+                                     int64_t max_rows, const int* gather, const XPlanes& x,
+                                     float* y, cudaStream_t s);
+
 }  // namespace rw::cuda

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace rw::cuda {
@@ -47,8 +48,25 @@ cudaError_t LaunchMatVec(const DevMat& w, const float* x, float* y, cudaStream_t
 // y[i] = w[i]·x for i < n (1..3 matrices with the same input: one launch for q/k/v, gate/up).
 cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const float* x,
                               cudaStream_t s);
-// Y[m][N] = X[m][K]·Wᵀ (prefill): tiles of W dequantized into shared memory.
-cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s);
+// x split once for the prefill matmuls of affine weights (LaunchSplitX): three bf16 planes
+// [3][rows][cols] whose sum is x exactly, each 32-column block's columns in the order the
+// kernel's fragments take, and the sums of x over every 32 columns [rows][cols / 32].
+struct XPlanes {
+  const uint16_t* planes = nullptr;
+  const float* sums = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+// Bytes of scratch LaunchSplitX needs for x[rows][cols].
+size_t SplitXBytes(int64_t rows, int64_t cols);
+// Splits x into scratch and describes it in *out; cudaErrorNotSupported when x or scratch is
+// not 16-byte aligned or cols is not a multiple of 32 (the matmuls then read x itself).
+cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scratch,
+                         size_t scratch_bytes, XPlanes* out, cudaStream_t s);
+
+// Y[m][N] = X[m][K]·Wᵀ (prefill): tiles of W dequantized into shared memory. xp, when given,
+// is x split by LaunchSplitX (at least m rows): affine weights then take the planes kernel.
+cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s,
+                         const XPlanes* xp = nullptr);
 
 // The dense MLP's first half (decode): h = gelu_tanh(gate·x) ⊙ (up·x).
 cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float* x, float* h,
@@ -68,7 +86,8 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
 // which: 0 gate, 1 up, 2 down.
 cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* const* blobs,
                                int groups, const int* row0, const int* rows, int max_rows,
-                               const int* gather, const float* x, float* y, cudaStream_t s);
+                               const int* gather, const float* x, float* y, cudaStream_t s,
+                               const XPlanes* xp = nullptr);
 
 // ---- Norms, activations, elementwise ----------------------------------------------------------
 

@@ -766,6 +766,16 @@ bool UsePipelined() {
   return on;
 }
 
+// REDWING_CUDA_MATMUL=bf16: the bf16 kernel that splits x itself even where the caller split it
+// once (for comparison).
+bool UsePlanes() {
+  static const bool on = [] {
+    const char* e = std::getenv("REDWING_CUDA_MATMUL");
+    return e == nullptr || std::strcmp(e, "planes") == 0;
+  }();
+  return on;
+}
+
 bool UseTensorCores() {
   static const bool on = [] {
     const char* e = std::getenv("REDWING_CUDA_MATMUL");
@@ -840,10 +850,16 @@ cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const flo
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s) {
+cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s,
+                         const XPlanes* xp) {
   if (w.rows <= 0 || w.cols <= 0 || m <= 0) return cudaSuccess;
   if (cudaError_t e = CheckMat(w); e != cudaSuccess) return e;
   if (UseTensorCores() && m >= 16) {
+    if (xp != nullptr && xp->rows >= m && UsePlanes()) {
+      const cudaError_t e =
+          LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s);
+      if (e != cudaErrorNotSupported) return e;
+    }
     const cudaError_t e = UsePipelined() ? LaunchAffineMatMulTc(w, nullptr, 1, nullptr, nullptr, m,
                                                                 m, nullptr, x, y, s)
                                          : cudaErrorNotSupported;
@@ -910,11 +926,17 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
 
 cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* const* blobs,
                                int groups, const int* row0, const int* rows, int max_rows,
-                               const int* gather, const float* x, float* y, cudaStream_t s) {
+                               const int* gather, const float* x, float* y, cudaStream_t s,
+                               const XPlanes* xp) {
   if (groups <= 0 || max_rows <= 0) return cudaSuccess;
   const DevMat& w = which == 0 ? e.gate : which == 1 ? e.up : e.down;
   if (cudaError_t err = CheckMat(w); err != cudaSuccess) return err;
   if (UseTensorCores()) {
+    if (xp != nullptr && UsePlanes()) {
+      const cudaError_t err =
+          LaunchAffineMatMulPlanes(w, blobs, groups, row0, rows, 0, max_rows, gather, *xp, y, s);
+      if (err != cudaErrorNotSupported) return err;
+    }
     const cudaError_t err = UsePipelined() ? LaunchAffineMatMulTc(w, blobs, groups, row0, rows, 0,
                                                                   max_rows, gather, x, y, s)
                                            : cudaErrorNotSupported;

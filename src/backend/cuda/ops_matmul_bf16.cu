@@ -1,11 +1,12 @@
-// Prefill matmul for affine 4/8-bit weights on bf16 tensor cores, fp32-grade: the default path
-// of LaunchAffineMatMulTc (ops_matmul.cu keeps the 3xTF32 kernel, REDWING_CUDA_MATMUL=tf32pipe).
-// Why it is exact and faster:
-//   - Σ_k w_k·x_k = Σ_groups s_g·(Σ_{k∈g} q_k·x_k) + b_g·(Σ_{k∈g} x_k): the codes q (0..255)
-//     are exact in bf16, so only x needs splitting. x = hi + mid + lo by truncation (each the
-//     next 8 significant bits) is exact, and every product q·part is exact in the fp32
-//     accumulator: 3 bf16 MMAs per k16 (m16n8k16, twice the TF32 rate) instead of 6 TF32 ones,
-//     and no per-element scale·q + bias.
+// Prefill matmul for affine 4/8-bit weights on bf16 tensor cores, fp32-grade: the path of
+// LaunchAffineMatMulTc where x was not split beforehand (the forward pass splits it once and
+// takes ops_matmul_planes.cu; REDWING_CUDA_MATMUL=bf16 sends it here, =tf32pipe to the 3xTF32
+// kernel of ops_matmul.cu). Why it is exact and faster:
+//   - Σ_k w_k·x_k = Σ_groups s_g·(Σ_{k∈g} q_k·x_k) + b_g·(Σ_{k∈g} x_k): the codes (centered,
+//     see mma_bf16.cuh) are exact in bf16, so only x needs splitting. x = hi + mid + lo by
+//     truncation (each the next 8 significant bits) is exact, and every product q·part is exact in
+//     the fp32 accumulator: 3 bf16 MMAs per k16 (m16n8k16, twice the TF32 rate) instead of 6 TF32
+//     ones, and no per-element scale·q + bias.
 //   - the split is done once per element while the X tile is staged (the warps sharing a row
 //     read it ready), and the codes are widened to bf16 once per tile: 6 + 2 bytes a k column
 //     in shared memory instead of 4 + 4 for the dequantized float tiles;
@@ -14,12 +15,12 @@
 // Pipelining: the next K step's X, codes, scales and biases are copied (cp.async) into a staging
 // area during the current step's MMAs, then split/widened into the other of two shared buffers;
 // one barrier a step. X planes are laid out so that one 16-byte load is an A fragment.
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul.h"
+#include "backend/cuda/mma_bf16.cuh"
 
 namespace rw::cuda {
 namespace {
@@ -41,53 +42,9 @@ __device__ __forceinline__ int XUnit(int blk, int g, int c, int t) {
   return (blk * 8 + g) * 16 + ((c * 2 + t) ^ (g & 1));
 }
 
-__device__ __forceinline__ void Mma(float* c, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// The upper halves of a and b (the bf16 truncations) as one bf16 pair, a low.
-__device__ __forceinline__ uint32_t HiPair(float a, float b) {
-  return __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
-}
-
-__device__ __forceinline__ float Trunc(float a) {
-  return __uint_as_float(__float_as_uint(a) & 0xFFFF0000u);
-}
-
-// A chunk's slot order: register v holds columns (v, v + 4) of the 8, low half first, for X and
-// W alike (a k16 step's slots may map to any columns as long as both operands agree). Register
-// v is slots (2·tig, 2·tig + 1) (v even) or (2·tig + 8, 2·tig + 9) (v odd) of k16 step v / 2.
-// 4-bit: one word of 8 codes; (word >> 4v) & 0x000F000F | 0x43004300 is the pair 128 + q, exact
-// in bf16, and subtracting 128 leaves q.
-__device__ __forceinline__ uint4 Codes4(uint32_t w) {
-  const __nv_bfloat162 k128 = __floats2bfloat162_rn(128.0f, 128.0f);
-  uint32_t r[4];
-#pragma unroll
-  for (int v = 0; v < 4; ++v) {
-    const uint32_t p = ((w >> (4 * v)) & 0x000F000Fu) | 0x43004300u;
-    __nv_bfloat162 b = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&p), k128);
-    r[v] = *reinterpret_cast<uint32_t*>(&b);
-  }
-  return make_uint4(r[0], r[1], r[2], r[3]);
-}
-
-// 8-bit: two words of 4 codes; 2^23 + q as a float (one byte permute) minus 2^23, then packed.
-__device__ __forceinline__ uint4 Codes8(uint32_t w0, uint32_t w1) {
-  uint32_t r[4];
-#pragma unroll
-  for (int v = 0; v < 4; ++v) {
-    const float a = __uint_as_float(__byte_perm(w0, 0x4B000000u, 0x7540 + v)) - 8388608.0f;
-    const float b = __uint_as_float(__byte_perm(w1, 0x4B000000u, 0x7540 + v)) - 8388608.0f;
-    __nv_bfloat162 p = __floats2bfloat162_rn(a, b);
-    r[v] = *reinterpret_cast<uint32_t*>(&p);
-  }
-  return make_uint4(r[0], r[1], r[2], r[3]);
-}
-
+// A chunk's slot order (Codes4/Codes8): register v holds columns (v, v + 4) of the 8, for X and
+// W alike. Register v is slots (2·tig, 2·tig + 1) (v even) or (2·tig + 8, 2·tig + 9) (v odd) of
+// k16 step v / 2.
 template <int kWM, int kWN, int kBits>
 constexpr int SmemBytes() {
   // Per buffer: X planes [3][kBM][64] bf16, W [kBN][64] bf16, scales and biases
@@ -261,8 +218,10 @@ __global__ void __launch_bounds__(32 * kWM * kWN, 16 / (kWM * kWN))
       if (e < 2 * kBN) {
         int gi;
         const bool ok = sb_index(e, k_next, gi);
-        sb[e] = ok ? sb_value(w.scales, gi, sbraw[e]) : 0.0f;  // [h][n]
-        sb[2 * kBN + e] = ok ? sb_value(w.biases, gi, sbraw[2 * kBN + e]) : 0.0f;
+        const float sv = ok ? sb_value(w.scales, gi, sbraw[e]) : 0.0f;
+        sb[e] = sv;  // [h][n]
+        sb[2 * kBN + e] =
+            ok ? CenteredBias(sb_value(w.biases, gi, sbraw[2 * kBN + e]), sv, kBits) : 0.0f;
       }
     }
   };
@@ -302,7 +261,7 @@ __global__ void __launch_bounds__(32 * kWM * kWN, 16 / (kWM * kWN))
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               const uint32_t b[2] = {t ? bq[j].z : bq[j].x, t ? bq[j].w : bq[j].y};
-              Mma(frag[i][j], a, b);
+              MmaBf16(frag[i][j], a, b[0], b[1]);
             }
           }
       }

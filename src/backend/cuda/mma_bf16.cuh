@@ -1,0 +1,72 @@
+// Pieces shared by the bf16 tensor-core prefill matmuls (ops_matmul_bf16.cu,
+// ops_matmul_planes.cu): the exact split of x into bf16 parts, the codes widened to bf16, and the
+// MMA itself.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace rw::cuda {
+
+// The upper halves of a and b (the bf16 truncations) as one bf16 pair, a low.
+__device__ __forceinline__ uint32_t HiPair(float a, float b) {
+  return __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
+}
+
+__device__ __forceinline__ float Trunc(float a) {
+  return __uint_as_float(__float_as_uint(a) & 0xFFFF0000u);
+}
+
+// c += a·b, m16n8k16, bf16 in, fp32 accumulate.
+__device__ __forceinline__ void MmaBf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 8 codes widened to bf16 pairs, centered: q − 2^(bits−1), with the weight s·q + b taken as
+// s·(q − c) + (b + c·s). The tensor core's fp32 accumulation truncates, so a fragment of Σq·x
+// carries an error relative to its size; with q ≥ 0 that size holds c·Σx, which the bias term
+// then cancels, leaving the error on a much smaller result (on the golden fixtures: decode error
+// 8.7e-5 uncentered, see docs/CUDA.md). Centered codes keep the fragment at the size of the
+// result. Register v holds codes (v, v + 4), low half first (a k16 step's slots may map to any
+// columns as long as both operands agree; the kernels say which).
+// 4-bit: one word; (word >> 4v) & 0x000F000F | 0x43004300 is the pair 128 + q, exact in bf16,
+// and subtracting 136 leaves q − 8.
+__device__ __forceinline__ uint4 Codes4(uint32_t w) {
+  const __nv_bfloat162 k136 = __floats2bfloat162_rn(136.0f, 136.0f);
+  uint32_t r[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const uint32_t p = ((w >> (4 * v)) & 0x000F000Fu) | 0x43004300u;
+    __nv_bfloat162 b = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&p), k136);
+    r[v] = *reinterpret_cast<uint32_t*>(&b);
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+// 8-bit: two words of 4 codes; 2^23 + q as a float (one byte permute) minus 2^23 + 128, then
+// packed (q − 128 is exact in bf16).
+__device__ __forceinline__ uint4 Codes8(uint32_t w0, uint32_t w1) {
+  uint32_t r[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const float a = __uint_as_float(__byte_perm(w0, 0x4B000000u, 0x7540 + v)) - 8388736.0f;
+    const float b = __uint_as_float(__byte_perm(w1, 0x4B000000u, 0x7540 + v)) - 8388736.0f;
+    __nv_bfloat162 p = __floats2bfloat162_rn(a, b);
+    r[v] = *reinterpret_cast<uint32_t*>(&p);
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+// The bias that goes with centered codes: b + c·s, c = 2^(bits−1) (exact: c·s is, and b and c·s
+// are bf16 values a few binades apart).
+__device__ __forceinline__ float CenteredBias(float b, float s, int bits) {
+  return fmaf(static_cast<float>(1 << (bits - 1)), s, b);
+}
+
+}  // namespace rw::cuda
