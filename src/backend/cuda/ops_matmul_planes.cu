@@ -24,6 +24,7 @@ namespace rw::cuda {
 namespace {
 
 constexpr int kBK = 64;
+constexpr int kParts = 3;  // x = hi + mid + lo (two parts measured: see docs/CUDA.md)
 
 // Where the columns of a 32-column block sit in the planes: a thread's widened codes
 // (Codes4/Codes8 on the 8 codes of columns 8·tig..8·tig+7) hold columns (v, v + 4) in register
@@ -108,7 +109,7 @@ template <int kWM, int kWN, int kBits>
 struct Stage {
   static constexpr int kBM = 32 * kWM, kBN = 32 * kWN;
   static constexpr int kRowBytes = 8 * kBits;  // 64 codes
-  static constexpr int kX = 3 * kBM * 128, kW = kBN * kRowBytes, kSB = 4 * kBN * 4;
+  static constexpr int kX = kParts * kBM * 128, kW = kBN * kRowBytes, kSB = 4 * kBN * 4;
   static constexpr int kSum = kBM * 2 * 4;
   static constexpr int kBytes = kX + kW + kSB + kSum;
   static_assert(kBytes % 16 == 0);
@@ -129,10 +130,10 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
   PdlEnter();
   using L = Stage<kWM, kWN, kBits>;
   constexpr int kT = 32 * kWM * kWN, kBM = L::kBM, kBN = L::kBN;
-  constexpr int kXCopies = 3 * kBM * 8 / kT;        // 16-byte X copies per thread per step
+  constexpr int kXCopies = kParts * kBM * 8 / kT;   // 16-byte X copies per thread per step
   constexpr int kWCopies = kBN * (kBits / 2) / kT;  // 16-byte code copies per thread
   constexpr int kSBPer = (2 * kBN + kT - 1) / kT;   // scale/bias entries per thread
-  static_assert(3 * kBM * 8 % kT == 0 && kBN * (kBits / 2) % kT == 0 && kWCopies >= 1);
+  static_assert(kParts * kBM * 8 % kT == 0 && kBN * (kBits / 2) % kT == 0 && kWCopies >= 1);
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int grp = blockIdx.z;
@@ -150,8 +151,8 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
 
   // This thread's X copies: u = tid + i·kT over [part][row][chunk], the same kXRows rows in
   // every part; the plane offset of each row's chunk (gathered) or -1 past the group's rows.
-  constexpr int kXRows = kXCopies / 3;
-  static_assert(kXCopies % 3 == 0 && 2 * kBM <= kT);
+  constexpr int kXRows = kXCopies / kParts;
+  static_assert(kXCopies % kParts == 0 && 2 * kBM <= kT);
   int xoff[kXRows];
 #pragma unroll
   for (int i = 0; i < kXRows; ++i) {
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
         // The smallest part first: its products gather in a fragment still near zero, where the
         // tensor core's accumulation loses none of their bits.
 #pragma unroll
-      for (int q = 2; q >= 0; --q)
+      for (int q = kParts - 1; q >= 0; --q)
 #pragma unroll
         for (int t = 0; t < 2; ++t)
 #pragma unroll
