@@ -132,14 +132,13 @@ TEST(CudaOps, MatVecStridesOverManyRows) {
   }
 }
 
-// The bf16 tensor-core prefill matmul (x in bf16 parts, the codes exact in bf16) against the
+// The affine prefill matmul cases both bf16 tensor-core kernels are held to, against the
 // reference: 4/8-bit, groups 32/64/128, row counts odd or not a multiple of the tile, outputs not
 // a multiple of 128, K an odd multiple of 32 (half a 64-column step), long K, inputs with a
-// large common offset (then b·Σx carries most of each sum), both dense tiles; outputs poisoned
-// first. Gathered expert rows go through it in ExpertKernels.
-TEST(CudaOps, AffineMatMulBf16) {
-  REQUIRE_CUDA();
-  std::mt19937 rng(31);
+// large common offset (then b·Σx carries most of each sum). run(w, x, m, k) returns the product
+// computed on the device (x there already); the worst relative error is returned.
+template <typename Run>
+double SweepAffineMatMul(std::mt19937& rng, Run run) {
   struct Case {
     int bits, group;
     int64_t n, k;
@@ -147,12 +146,13 @@ TEST(CudaOps, AffineMatMulBf16) {
   };
   const Case cases[] = {{4, 64, 200, 704, 0.f},  {8, 64, 130, 320, 3.f},  {4, 32, 7, 224, 0.f},
                         {8, 32, 65, 96, 0.f},    {4, 128, 129, 384, 3.f}, {8, 128, 64, 256, 0.f},
-                        {4, 64, 300, 2816, 0.f}, {8, 64, 257, 2112, 1.f}};
+                        {4, 64, 300, 2816, 0.f}, {8, 64, 257, 2112, 1.f}, {4, 32, 33, 160, 0.f}};
   double worst = 0;
   for (const Case& c : cases) {
     HostWeight h = RandomWeight(WeightType::kAffine, c.n, c.k, c.bits, c.group, rng);
     auto dw = cuda::DeviceWeight::Upload(h.view);
-    ASSERT_TRUE(dw.ok());
+    EXPECT_TRUE(dw.ok());
+    if (!dw.ok()) return 1.0;
     const cuda::DevMat w = ToDevMat(dw->view());
     for (int64_t m : {1, 17, 64, 133}) {
       SCOPED_TRACE(fmt::format("bits {} group {} {}x{} m {}", c.bits, c.group, c.n, c.k, m));
@@ -161,15 +161,28 @@ TEST(CudaOps, AffineMatMulBf16) {
       std::vector<float> want(m * c.n);
       cpu::ref::MatMul(h.view, x.data(), m, want.data());
       Dev<float> dx(x);
-      Dev<float> dy(std::vector<float>(want.size(), std::nanf("")));
-      ASSERT_EQ(cuda::LaunchAffineMatMulBf16(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, dx.p(),
-                                             dy.p(), nullptr),
-                cudaSuccess);
-      const double err = RelErr(dy.Get(), want);
+      const double err = RelErr(run(w, dx, m, c.k), want);
       EXPECT_LT(err, 1.5e-5);
       worst = std::max(worst, err);
     }
   }
+  return worst;
+}
+
+// The bf16 tensor-core prefill matmul that splits x itself (x in bf16 parts, the codes exact in
+// bf16), both dense tiles; outputs poisoned first. Gathered expert rows go through it in
+// ExpertKernels.
+TEST(CudaOps, AffineMatMulBf16) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(31);
+  const double worst =
+      SweepAffineMatMul(rng, [](const cuda::DevMat& w, const Dev<float>& dx, int64_t m, int64_t) {
+        Dev<float> dy(std::vector<float>(m * w.rows, std::nanf("")));
+        EXPECT_EQ(cuda::LaunchAffineMatMulBf16(w, nullptr, 1, nullptr, nullptr, m, m, nullptr,
+                                               dx.p(), dy.p(), nullptr),
+                  cudaSuccess);
+        return dy.Get();
+      });
   std::printf("bf16 matmul: worst relative error %.3g\n", worst);
   // x not 16-byte aligned: not taken, so LaunchMatMul falls back to the simple kernel.
   HostWeight h = RandomWeight(WeightType::kAffine, 70, 192, 4, 64, rng);
@@ -238,51 +251,28 @@ TEST(CudaOps, SplitXIsExact) {
             cudaErrorInvalidValue);
 }
 
-// The planes matmul (x split once by LaunchSplitX) against the reference: the bf16 kernel's
-// cases; outputs poisoned first. Gathered expert rows go through it in ExpertKernels.
+// The planes matmul (x split once by LaunchSplitX) on the same cases, directly and through
+// LaunchMatMul (which takes it from 16 rows on, and the simple kernel below); outputs poisoned
+// first. Gathered expert rows go through it in ExpertKernels.
 TEST(CudaOps, AffineMatMulPlanes) {
   REQUIRE_CUDA();
   std::mt19937 rng(33);
-  struct Case {
-    int bits, group;
-    int64_t n, k;
-    float offset;
-  };
-  const Case cases[] = {{4, 64, 200, 704, 0.f},  {8, 64, 130, 320, 3.f},  {4, 32, 7, 224, 0.f},
-                        {8, 32, 65, 96, 0.f},    {4, 128, 129, 384, 3.f}, {8, 128, 64, 256, 0.f},
-                        {4, 64, 300, 2816, 0.f}, {8, 64, 257, 2112, 1.f}, {4, 32, 33, 160, 0.f}};
-  double worst = 0;
-  for (const Case& c : cases) {
-    HostWeight h = RandomWeight(WeightType::kAffine, c.n, c.k, c.bits, c.group, rng);
-    auto dw = cuda::DeviceWeight::Upload(h.view);
-    ASSERT_TRUE(dw.ok());
-    const cuda::DevMat w = ToDevMat(dw->view());
-    for (int64_t m : {1, 17, 64, 133}) {
-      SCOPED_TRACE(fmt::format("bits {} group {} {}x{} m {}", c.bits, c.group, c.n, c.k, m));
-      std::vector<float> x = Randn(m * c.k, rng);
-      for (float& v : x) v += c.offset;
-      std::vector<float> want(m * c.n);
-      cpu::ref::MatMul(h.view, x.data(), m, want.data());
-      Dev<float> dx(x);
-      Dev<uint8_t> scratch(cuda::SplitXBytes(m, c.k));
-      cuda::XPlanes xp;
-      ASSERT_EQ(
-          cuda::LaunchSplitX(dx.p(), m, c.k, scratch.p(), cuda::SplitXBytes(m, c.k), &xp, nullptr),
-          cudaSuccess);
-      Dev<float> dy(std::vector<float>(want.size(), std::nanf("")));
-      ASSERT_EQ(cuda::LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, xp,
-                                               dy.p(), nullptr),
-                cudaSuccess);
-      double err = RelErr(dy.Get(), want);
-      EXPECT_LT(err, 1.5e-5);
-      worst = std::max(worst, err);
-      // The same through LaunchMatMul (planes taken from 16 rows on).
-      Dev<float> dz(std::vector<float>(want.size(), std::nanf("")));
-      ASSERT_EQ(cuda::LaunchMatMul(w, dx.p(), m, dz.p(), nullptr, &xp), cudaSuccess);
-      err = RelErr(dz.Get(), want);
-      EXPECT_LT(err, 1.5e-5);
-    }
-  }
+  const double worst = SweepAffineMatMul(rng, [](const cuda::DevMat& w, const Dev<float>& dx,
+                                                 int64_t m, int64_t k) {
+    Dev<uint8_t> scratch(cuda::SplitXBytes(m, k));
+    cuda::XPlanes xp;
+    EXPECT_EQ(cuda::LaunchSplitX(dx.p(), m, k, scratch.p(), cuda::SplitXBytes(m, k), &xp, nullptr),
+              cudaSuccess);
+    Dev<float> dy(std::vector<float>(m * w.rows, std::nanf("")));
+    EXPECT_EQ(cuda::LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, xp,
+                                             dy.p(), nullptr),
+              cudaSuccess);
+    Dev<float> dz(std::vector<float>(m * w.rows, std::nanf("")));
+    EXPECT_EQ(cuda::LaunchMatMul(w, dx.p(), m, dz.p(), nullptr, &xp), cudaSuccess);
+    const std::vector<float> y = dy.Get(), z = dz.Get();
+    EXPECT_LT(RelErr(z, y), 1.5e-5);  // both near the reference (the sweep checks y)
+    return y;
+  });
   std::printf("planes matmul: worst relative error %.3g\n", worst);
   // Planes of another width: not taken.
   HostWeight h = RandomWeight(WeightType::kAffine, 70, 192, 4, 64, rng);

@@ -69,4 +69,35 @@ __device__ __forceinline__ float CenteredBias(float b, float s, int bits) {
   return fmaf(static_cast<float>(1 << (bits - 1)), s, b);
 }
 
+// The end of a segment (min(group, 64) columns) of a warp's 32×32 corner: acc += s·frag + b·Σx,
+// frag cleared. xsb: the block's x sums [row][half]; sb: scales [half][kBN], then biases; h: the
+// half just done (seg64: the segment is the whole 64-column step, both halves' sums).
+template <int kBN>
+__device__ __forceinline__ void ScaleSegment(float (&acc)[2][4][4], float (&frag)[2][4][4],
+                                             const float* xsb, const float* sb, int wm, int wn,
+                                             int gid, int tig, int h, bool seg64) {
+  float xsr[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float2 p = *reinterpret_cast<const float2*>(xsb + (wm + i * 16 + gid + e * 8) * 2);
+      xsr[i][e] = seg64 ? p.x + p.y : (h ? p.y : p.x);
+    }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int n = wn + j * 8 + tig * 2;
+    const float2 s = *reinterpret_cast<const float2*>(sb + h * kBN + n);
+    const float2 b = *reinterpret_cast<const float2*>(sb + 2 * kBN + h * kBN + n);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float se = e & 1 ? s.y : s.x, be = e & 1 ? b.y : b.x;
+        acc[i][j][e] = fmaf(be, xsr[i][e >> 1], fmaf(se, frag[i][j][e], acc[i][j][e]));
+        frag[i][j][e] = 0.0f;
+      }
+  }
+}
+
 }  // namespace rw::cuda

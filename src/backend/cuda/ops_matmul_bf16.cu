@@ -265,32 +265,8 @@ __global__ void __launch_bounds__(32 * kWM * kWN, 16 / (kWM * kWN))
             }
           }
       }
-      if (h == 1 || !seg64) {
-        // acc += s·Σq·x + b·Σx over the segment (half h, or the whole step).
-        float xsr[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float2 p =
-                *reinterpret_cast<const float2*>(xsb + (wm + i * 16 + gid + e * 8) * 2);
-            xsr[i][e] = seg64 ? p.x + p.y : (h ? p.y : p.x);
-          }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int n = wn + j * 8 + tig * 2;
-          const float2 s = *reinterpret_cast<const float2*>(sb + h * kBN + n);
-          const float2 b = *reinterpret_cast<const float2*>(sb + 2 * kBN + h * kBN + n);
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const float sq = q & 1 ? s.y : s.x, bq2 = q & 1 ? b.y : b.x;
-              acc[i][j][q] = fmaf(bq2, xsr[i][q >> 1], fmaf(sq, frag[i][j][q], acc[i][j][q]));
-              frag[i][j][q] = 0.0f;
-            }
-        }
-      }
+      // acc += s·Σq·x + b·Σx over the segment (half h, or the whole step).
+      if (h == 1 || !seg64) ScaleSegment<kBN>(acc, frag, xsb, sb, wm, wn, gid, tig, h, seg64);
     }
     if (more) store(buf ^ 1);  // the other buffer: its last readers passed the previous barrier
     __syncthreads();

@@ -287,32 +287,8 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
             for (int j = 0; j < 4; ++j)
               MmaBf16(frag[i][j], a, t ? bq[j].z : bq[j].x, t ? bq[j].w : bq[j].y);
           }
-      if (h == 1 || !seg64) {
-        // acc += s·Σq·x + b·Σx over the segment (half h, or the whole step).
-        float xsr[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float2 p =
-                *reinterpret_cast<const float2*>(xsb + (wm + i * 16 + gid + e * 8) * 2);
-            xsr[i][e] = seg64 ? p.x + p.y : (h ? p.y : p.x);
-          }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int n = wn + j * 8 + tig * 2;
-          const float2 s = *reinterpret_cast<const float2*>(sb + h * kBN + n);
-          const float2 b = *reinterpret_cast<const float2*>(sb + 2 * kBN + h * kBN + n);
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float se = e & 1 ? s.y : s.x, be = e & 1 ? b.y : b.x;
-              acc[i][j][e] = fmaf(be, xsr[i][e >> 1], fmaf(se, frag[i][j][e], acc[i][j][e]));
-              frag[i][j][e] = 0.0f;
-            }
-        }
-      }
+      // acc += s·Σq·x + b·Σx over the segment (half h, or the whole step).
+      if (h == 1 || !seg64) ScaleSegment<kBN>(acc, frag, xsb, sb, wm, wn, gid, tig, h, seg64);
     }
     // The scales of step pf go to the stage step kt - 1 used: every thread is past it.
     if (pf < nk) store_sb(pf % kStages);
