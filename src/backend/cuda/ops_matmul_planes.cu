@@ -1,9 +1,9 @@
 // Prefill matmul for affine 4/8-bit weights over x split once (LaunchSplitX), the default of the
 // forward pass's prefill products (REDWING_CUDA_MATMUL=bf16 keeps the kernel that splits x
 // itself, for comparison). The arithmetic is that of ops_matmul_bf16.cu (codes exact in
-// bf16, x = hi + mid + lo in bf16 exactly, three m16n8k16 MMAs per k16, per segment of
-// min(group, 64) columns a fresh fragment scaled into the accumulator plus b·Σx); what differs
-// is where the work sits:
+// bf16 and centered, see mma_bf16.cuh; x = hi + mid + lo in bf16 exactly, three m16n8k16 MMAs per
+// k16, per segment of min(group, 64) columns a fresh fragment scaled into the accumulator plus
+// b·Σx); what differs is where the work sits:
 //   - the split happens once per element of x in LaunchSplitX, not once per element in every
 //     block that reads it (there it was most of the instructions: a 64×128 tile re-split its X
 //     for every 128 outputs), and q/k/v or gate/up share one split;
@@ -57,7 +57,7 @@ __global__ void SplitXKernel(const float* x, int rows, int cols, uint16_t* plane
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
   const int tig = static_cast<int>(id & 3);
-  uint32_t word[3][4];  // [part][v]
+  uint32_t word[kParts][4];  // [part][v]
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
     const float a = f[v], b = f[v + 4];
@@ -67,13 +67,13 @@ __global__ void SplitXKernel(const float* x, int rows, int cols, uint16_t* plane
     word[2][v] = HiPair(ra - Trunc(ra), rb - Trunc(rb));
   }
   // Round r: send word v = tig + r, receive quarter tig - r's word v = tig (its slot tig - r).
-  uint32_t out[3][4];
+  uint32_t out[kParts][4];
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int send = (tig + r) & 3, from = (tig - r) & 3;
 #pragma unroll
-    for (int q = 0; q < 3; ++q) {
+    for (int q = 0; q < kParts; ++q) {
       const uint32_t mine = send == 0   ? word[q][0]
                             : send == 1 ? word[q][1]
                             : send == 2 ? word[q][2]
@@ -89,7 +89,7 @@ __global__ void SplitXKernel(const float* x, int rows, int cols, uint16_t* plane
   if (tig == 0) sums[blk / 32] = s;
   const int64_t plane = static_cast<int64_t>(rows) * cols;
 #pragma unroll
-  for (int q = 0; q < 3; ++q)
+  for (int q = 0; q < kParts; ++q)
     *reinterpret_cast<uint4*>(planes + q * plane + blk + 8 * tig) =
         make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]);
 }
@@ -325,7 +325,8 @@ cudaError_t LaunchBits(const DevMat& w, const uint8_t* const* blobs, int groups,
 }  // namespace
 
 size_t SplitXBytes(int64_t rows, int64_t cols) {
-  return static_cast<size_t>(rows * cols) * 6 + static_cast<size_t>(rows * (cols / 32)) * 4;
+  return static_cast<size_t>(rows * cols) * 2 * kParts +
+         static_cast<size_t>(rows * (cols / 32)) * 4;
 }
 
 cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scratch,
@@ -336,7 +337,7 @@ cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scrat
     return cudaErrorNotSupported;
   if (SplitXBytes(rows, cols) > scratch_bytes) return cudaErrorInvalidValue;
   auto* planes = static_cast<uint16_t*>(scratch);
-  auto* sums = reinterpret_cast<float*>(planes + 3 * rows * cols);
+  auto* sums = reinterpret_cast<float*>(planes + kParts * rows * cols);
   const int64_t threads = rows * (cols / 8);
   LaunchKernel(SplitXKernel, Blocks(threads, 256), 256, 0, s, x, static_cast<int>(rows),
                static_cast<int>(cols), planes, sums);
