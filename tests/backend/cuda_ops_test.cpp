@@ -203,21 +203,35 @@ TEST(CudaOps, AffineMatMulBf16) {
 // The split of x for the planes matmul: per 32-column block, column 8·tig + v + 4e sits at
 // position 8v + 2·tig + e, and the three parts add up to x exactly (values
 // of every magnitude, zeros, negatives); the sums are the 32-column sums.
-TEST(CudaOps, SplitXIsExact) {
-  REQUIRE_CUDA();
-  std::mt19937 rng(41);
-  const int64_t rows = 37, cols = 96;
+// Where column c of x sits in its 32-column block of a plane (the fragments' order).
+int64_t PlanePos(int64_t c) {
+  const int in = static_cast<int>(c % 32), tig = in / 8, v = in % 4, e = (in / 4) % 2;
+  return c / 32 * 32 + 8 * v + 2 * tig + e;
+}
+
+// x with zeros, signed zeros and values spread over ~40 binades, and one row entirely zero.
+std::vector<float> SplitInput(int64_t rows, int64_t cols, std::mt19937& rng) {
   std::vector<float> x = Randn(rows * cols, rng);
   for (size_t i = 0; i < x.size(); i += 7) x[i] *= std::ldexp(1.0f, static_cast<int>(i % 41) - 20);
   x[5] = 0.0f;
   x[6] = -0.0f;
+  for (int64_t c = 0; c < cols; ++c) x[3 * cols + c] = 0.0f;
+  return x;
+}
+
+TEST(CudaOps, SplitXBf16IsExact) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  const int64_t rows = 37, cols = 96;
+  const std::vector<float> x = SplitInput(rows, cols, rng);
   Dev<float> dx(x);
   Dev<uint8_t> scratch(std::vector<uint8_t>(cuda::SplitXBytes(rows, cols), 0xAB));
   cuda::XPlanes xp;
   ASSERT_EQ(cuda::LaunchSplitX(dx.p(), rows, cols, scratch.p(), cuda::SplitXBytes(rows, cols), &xp,
-                               nullptr),
+                               nullptr, 3),
             cudaSuccess);
   ASSERT_EQ(xp.rows, rows);
+  ASSERT_EQ(xp.parts, 3);
   const std::vector<uint8_t> bytes = scratch.Get();
   const auto* planes = reinterpret_cast<const uint16_t*>(bytes.data());
   const auto* sums = reinterpret_cast<const float*>(planes + 3 * rows * cols);
@@ -229,9 +243,7 @@ TEST(CudaOps, SplitXIsExact) {
   };
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
-      const int in = static_cast<int>(c % 32), tig = in / 8, v = in % 4, e = (in / 4) % 2;
-      const int64_t pos = c / 32 * 32 + 8 * v + 2 * tig + e;
-      const int64_t at = r * cols + pos;
+      const int64_t at = r * cols + PlanePos(c);
       const double sum = static_cast<double>(bf(planes[at])) + bf(planes[rows * cols + at]) +
                          bf(planes[2 * rows * cols + at]);
       ASSERT_EQ(sum, static_cast<double>(x[r * cols + c])) << r << " " << c;
@@ -242,13 +254,74 @@ TEST(CudaOps, SplitXIsExact) {
       for (int i = 0; i < 32; ++i) want += x[r * cols + b * 32 + i];
       EXPECT_NEAR(sums[r * (cols / 32) + b], want, 1e-4 * (1 + std::abs(want)));
     }
-  // Not a multiple of 32 columns, misaligned x, too little scratch.
+  // Not a multiple of 32 columns, misaligned x, too little scratch, no such split.
   EXPECT_EQ(cuda::LaunchSplitX(dx.p(), 3, 40, scratch.p(), 1 << 20, &xp, nullptr),
             cudaErrorNotSupported);
   EXPECT_EQ(cuda::LaunchSplitX(dx.p() + 1, 3, 32, scratch.p(), 1 << 20, &xp, nullptr),
             cudaErrorNotSupported);
   EXPECT_EQ(cuda::LaunchSplitX(dx.p(), rows, cols, scratch.p(), 100, &xp, nullptr),
             cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchSplitX(dx.p(), rows, cols, scratch.p(), 1 << 20, &xp, nullptr, 4),
+            cudaErrorInvalidValue);
+}
+
+// The fp16 split: per row a power of two 2^s puts the largest |x·2^s| in [2^14, 2^15); hi + lo
+// is x·2^s to ~22 bits (bounded here by 2^-21 of the element plus 2^-38 of the row's largest),
+// and the sums are of x·2^s.
+TEST(CudaOps, SplitXFp16KeepsFp32Accuracy) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  for (const int64_t cols : {int64_t{96}, int64_t{2816}, int64_t{8192}}) {
+    const int64_t rows = 37;
+    const std::vector<float> x = SplitInput(rows, cols, rng);
+    Dev<float> dx(x);
+    Dev<uint8_t> scratch(std::vector<uint8_t>(cuda::SplitXBytes(rows, cols), 0xAB));
+    cuda::XPlanes xp;
+    ASSERT_EQ(cuda::LaunchSplitX(dx.p(), rows, cols, scratch.p(), cuda::SplitXBytes(rows, cols),
+                                 &xp, nullptr, 2),
+              cudaSuccess);
+    ASSERT_EQ(xp.parts, 2);
+    const std::vector<uint8_t> bytes = scratch.Get();
+    const auto* planes = reinterpret_cast<const uint16_t*>(bytes.data());
+    const auto* sums = reinterpret_cast<const float*>(planes + 2 * rows * cols);
+    const auto* down = sums + rows * (cols / 32);
+    ASSERT_EQ(reinterpret_cast<const uint8_t*>(xp.row_down) - scratch.p(),
+              reinterpret_cast<const uint8_t*>(down) - bytes.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      double mx = 0;
+      for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, std::abs(double{x[r * cols + c]}));
+      const double up = 1.0 / down[r];
+      if (mx == 0) {
+        EXPECT_EQ(down[r], 1.0f) << r;
+      } else {
+        EXPECT_GE(mx * up, 16384.0) << r;
+        EXPECT_LT(mx * up, 32768.0) << r;
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t at = r * cols + PlanePos(c);
+        const double v =
+            static_cast<double>(F16ToF32(planes[at])) + F16ToF32(planes[rows * cols + at]);
+        const double want = static_cast<double>(x[r * cols + c]) * up;
+        ASSERT_LE(std::abs(v - want), std::ldexp(std::abs(want), -21) + std::ldexp(mx * up, -38))
+            << r << " " << c;
+      }
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        double want = 0;
+        for (int i = 0; i < 32; ++i) want += x[r * cols + b * 32 + i];
+        EXPECT_NEAR(sums[r * (cols / 32) + b] / up, want, 1e-4 * (1 + std::abs(want)));
+      }
+    }
+  }
+  // Rows wider than the fp16 split holds in registers take the exact bf16 split.
+  const int64_t wide = 8192 + 32;
+  Dev<float> dx(Randn(2 * wide, rng));
+  Dev<uint8_t> scratch(cuda::SplitXBytes(2, wide));
+  cuda::XPlanes xp;
+  ASSERT_EQ(
+      cuda::LaunchSplitX(dx.p(), 2, wide, scratch.p(), cuda::SplitXBytes(2, wide), &xp, nullptr, 2),
+      cudaSuccess);
+  EXPECT_EQ(xp.parts, 3);
+  EXPECT_EQ(xp.row_down, nullptr);
 }
 
 // The planes matmul (x split once by LaunchSplitX) on the same cases, directly and through
@@ -257,23 +330,26 @@ TEST(CudaOps, SplitXIsExact) {
 TEST(CudaOps, AffineMatMulPlanes) {
   REQUIRE_CUDA();
   std::mt19937 rng(33);
-  const double worst = SweepAffineMatMul(rng, [](const cuda::DevMat& w, const Dev<float>& dx,
-                                                 int64_t m, int64_t k) {
-    Dev<uint8_t> scratch(cuda::SplitXBytes(m, k));
-    cuda::XPlanes xp;
-    EXPECT_EQ(cuda::LaunchSplitX(dx.p(), m, k, scratch.p(), cuda::SplitXBytes(m, k), &xp, nullptr),
-              cudaSuccess);
-    Dev<float> dy(std::vector<float>(m * w.rows, std::nanf("")));
-    EXPECT_EQ(cuda::LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, xp,
-                                             dy.p(), nullptr),
-              cudaSuccess);
-    Dev<float> dz(std::vector<float>(m * w.rows, std::nanf("")));
-    EXPECT_EQ(cuda::LaunchMatMul(w, dx.p(), m, dz.p(), nullptr, &xp), cudaSuccess);
-    const std::vector<float> y = dy.Get(), z = dz.Get();
-    EXPECT_LT(RelErr(z, y), 1.5e-5);  // both near the reference (the sweep checks y)
-    return y;
-  });
-  std::printf("planes matmul: worst relative error %.3g\n", worst);
+  for (const int parts : {2, 3}) {
+    const double worst = SweepAffineMatMul(
+        rng, [parts](const cuda::DevMat& w, const Dev<float>& dx, int64_t m, int64_t k) {
+          Dev<uint8_t> scratch(cuda::SplitXBytes(m, k));
+          cuda::XPlanes xp;
+          EXPECT_EQ(cuda::LaunchSplitX(dx.p(), m, k, scratch.p(), cuda::SplitXBytes(m, k), &xp,
+                                       nullptr, parts),
+                    cudaSuccess);
+          Dev<float> dy(std::vector<float>(m * w.rows, std::nanf("")));
+          EXPECT_EQ(cuda::LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr,
+                                                   xp, dy.p(), nullptr),
+                    cudaSuccess);
+          Dev<float> dz(std::vector<float>(m * w.rows, std::nanf("")));
+          EXPECT_EQ(cuda::LaunchMatMul(w, dx.p(), m, dz.p(), nullptr, &xp), cudaSuccess);
+          const std::vector<float> y = dy.Get(), z = dz.Get();
+          EXPECT_LT(RelErr(z, y), 1.5e-5);  // both near the reference (the sweep checks y)
+          return y;
+        });
+    std::printf("planes matmul, %d-part split: worst relative error %.3g\n", parts, worst);
+  }
   // Planes of another width: not taken.
   HostWeight h = RandomWeight(WeightType::kAffine, 70, 192, 4, 64, rng);
   auto dw = cuda::DeviceWeight::Upload(h.view);

@@ -1,9 +1,10 @@
-// Pieces shared by the bf16 tensor-core prefill matmuls (ops_matmul_bf16.cu,
-// ops_matmul_planes.cu): the exact split of x into bf16 parts, the codes widened to bf16, and the
-// MMA itself.
+// Pieces shared by the 16-bit tensor-core prefill matmuls (ops_matmul_bf16.cu,
+// ops_matmul_planes.cu): the exact split of x into bf16 parts, the codes widened to bf16 or fp16,
+// and the MMAs themselves.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,6 +24,15 @@ __device__ __forceinline__ float Trunc(float a) {
 __device__ __forceinline__ void MmaBf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a·b, m16n8k16, fp16 in, fp32 accumulate (the same fragment layout as MmaBf16).
+__device__ __forceinline__ void MmaF16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -59,6 +69,34 @@ __device__ __forceinline__ uint4 Codes8(uint32_t w0, uint32_t w1) {
     const float b = __uint_as_float(__byte_perm(w1, 0x4B000000u, 0x7540 + v)) - 8388736.0f;
     __nv_bfloat162 p = __floats2bfloat162_rn(a, b);
     r[v] = *reinterpret_cast<uint32_t*>(&p);
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+// Codes4 and Codes8 as fp16 pairs (same registers, same centering): 0x6400 | q is the fp16
+// 1024 + q for q < 1024, exact, and subtracting 1024 + c leaves q − c.
+__device__ __forceinline__ uint4 Codes4H(uint32_t w) {
+  const __half2 k = __floats2half2_rn(1032.0f, 1032.0f);
+  uint32_t r[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const uint32_t p = ((w >> (4 * v)) & 0x000F000Fu) | 0x64006400u;
+    __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&p), k);
+    r[v] = *reinterpret_cast<uint32_t*>(&h);
+  }
+  return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+__device__ __forceinline__ uint4 Codes8H(uint32_t w0, uint32_t w1) {
+  const __half2 k = __floats2half2_rn(1152.0f, 1152.0f);
+  uint32_t r[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    // Byte v of w0 into the low half's low byte, byte v of w1 into the high half's.
+    const uint32_t sel = v | (v << 4) | ((4 + v) << 8) | ((4 + v) << 12);
+    const uint32_t p = (__byte_perm(w0, w1, sel) & 0x00FF00FFu) | 0x64006400u;
+    __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&p), k);
+    r[v] = *reinterpret_cast<uint32_t*>(&h);
   }
   return make_uint4(r[0], r[1], r[2], r[3]);
 }

@@ -48,20 +48,26 @@ cudaError_t LaunchMatVec(const DevMat& w, const float* x, float* y, cudaStream_t
 // y[i] = w[i]·x for i < n (1..3 matrices with the same input: one launch for q/k/v, gate/up).
 cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const float* x,
                               cudaStream_t s);
-// x split once for the prefill matmuls of affine weights (LaunchSplitX): three bf16 planes
-// [3][rows][cols] whose sum is x exactly, each 32-column block's columns in the order the
-// kernel's fragments take, and the sums of x over every 32 columns [rows][cols / 32].
+// x split once for the prefill matmuls of affine weights (LaunchSplitX): `parts` planes
+// [parts][rows][cols], each 32-column block's columns in the order the kernel's fragments take,
+// and the sums over every 32 columns [rows][cols / 32]. parts = 2 (the default): fp16 hi and lo
+// of x' = x·2^s per row, sums of x', and row_down[r] = 2^-s (see ops_matmul_planes.cu);
+// parts = 3 (REDWING_CUDA_SPLIT=bf16x3): bf16 planes whose sum is x exactly, sums of x, no
+// row_down.
 struct XPlanes {
   const uint16_t* planes = nullptr;
   const float* sums = nullptr;
+  const float* row_down = nullptr;
   int64_t rows = 0, cols = 0;
+  int parts = 3;
 };
 // Bytes of scratch LaunchSplitX needs for x[rows][cols].
 size_t SplitXBytes(int64_t rows, int64_t cols);
-// Splits x into scratch and describes it in *out; cudaErrorNotSupported when x or scratch is
-// not 16-byte aligned or cols is not a multiple of 32 (the matmuls then read x itself).
+// Splits x into scratch and describes it in *out; parts 2 or 3, or 0 for the default (2 unless
+// REDWING_CUDA_SPLIT=bf16x3). cudaErrorNotSupported when x or scratch is not 16-byte aligned or
+// cols is not a multiple of 32 (the matmuls then read x itself).
 cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scratch,
-                         size_t scratch_bytes, XPlanes* out, cudaStream_t s);
+                         size_t scratch_bytes, XPlanes* out, cudaStream_t s, int parts = 0);
 
 // Y[m][N] = X[m][K]·Wᵀ (prefill): tiles of W dequantized into shared memory. xp, when given,
 // is x split by LaunchSplitX (at least m rows): affine weights then take the planes kernel.

@@ -1,9 +1,17 @@
 // Prefill matmul for affine 4/8-bit weights over x split once (LaunchSplitX), the default of the
 // forward pass's prefill products (REDWING_CUDA_MATMUL=bf16 keeps the kernel that splits x
-// itself, for comparison). The arithmetic is that of ops_matmul_bf16.cu (codes exact in
-// bf16 and centered, see mma_bf16.cuh; x = hi + mid + lo in bf16 exactly, three m16n8k16 MMAs per
-// k16, per segment of min(group, 64) columns a fresh fragment scaled into the accumulator plus
-// b·Σx); what differs is where the work sits:
+// itself, for comparison). Codes are exact 16-bit floats, centered (mma_bf16.cuh); per segment of
+// min(group, 64) columns a fresh fragment is scaled into the accumulator plus b·Σx. x comes in
+// one of two splits:
+//   - fp16 × 2 (the default): per row, x' = x·2^s with s the power of two that puts the row's
+//     largest |x'| in [2^14, 2^15); hi = fp16(x'), lo = fp16(x' − hi). Two m16n8k16 MMAs per
+//     k16. hi + lo keeps ~22 significant bits of each element (lo rounds at 2^-11 of a remainder
+//     itself under 2^-11 of x'), and an element 2^25 below its row's largest loses bits only
+//     below 2^-39 of that largest: fp32-like accuracy. The sums of x are of x' too, and the
+//     output row is scaled back by 2^-s (powers of two: exact).
+//   - bf16 × 3 (REDWING_CUDA_SPLIT=bf16x3): x = hi + mid + lo exactly, three MMAs per k16, as in
+//     ops_matmul_bf16.cu.
+// What differs from ops_matmul_bf16.cu is where the work sits:
 //   - the split happens once per element of x in LaunchSplitX, not once per element in every
 //     block that reads it (there it was most of the instructions: a 64×128 tile re-split its X
 //     for every 128 outputs), and q/k/v or gate/up share one split;
@@ -15,6 +23,10 @@
 // one ldmatrix gives the A fragment that matches them.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul.h"
@@ -24,7 +36,7 @@ namespace rw::cuda {
 namespace {
 
 constexpr int kBK = 64;
-constexpr int kParts = 3;  // x = hi + mid + lo (two parts measured: see docs/CUDA.md)
+constexpr int kMaxParts = 3;  // scratch is sized for the larger split
 
 // Where the columns of a 32-column block sit in the planes: a thread's widened codes
 // (Codes4/Codes8 on the 8 codes of columns 8·tig..8·tig+7) hold columns (v, v + 4) in register
@@ -32,48 +44,57 @@ constexpr int kParts = 3;  // x = hi + mid + lo (two parts measured: see docs/CU
 // its slots (2·tig + 8, 2·tig + 9). So column 8·tig + v + 4e is slot 2·tig + 8·(v % 2) + e of
 // step v / 2, at plane position 8v + 2·tig + e.
 
-// One thread per 8 columns (a quarter of a 32-column block; loads coalesced): the three parts of
-// each value by truncation (exact: each takes the next 8 significant bits). Quarter tig holds
-// columns 8·tig + v and 8·tig + v + 4, which is word 4v + tig of the block in each plane; four
-// rotations among the quarters give quarter tig the words 4·tig..4·tig + 3, one 16-byte store a
-// plane.
-__global__ void SplitXKernel(const float* x, int rows, int cols, uint16_t* planes, float* sums) {
-  PdlEnter();
-  const int chunks = cols / 8;
-  const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Every lane takes part in the shuffles (cols is a multiple of 32, so a quad is all live or
-  // all past the end); those past the end carry zeros and store nothing.
-  const bool live = id < static_cast<int64_t>(rows) * chunks;
-  const int64_t at = live ? id * 8 : 0;  // row · cols + column
-  float f[8] = {};
-  if (live) {
-    const float4 a = *reinterpret_cast<const float4*>(x + at);
-    const float4 b = *reinterpret_cast<const float4*>(x + at + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  }
+// The 8 columns of chunk `id` of x (zeros when not live), scaled by `up`.
+__device__ __forceinline__ void LoadChunk(const float* x, int64_t at, bool live, float up,
+                                          float (&f)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = 0.0f;
+  if (!live) return;
+  const float4 a = *reinterpret_cast<const float4*>(x + at);
+  const float4 b = *reinterpret_cast<const float4*>(x + at + 4);
+  f[0] = a.x * up, f[1] = a.y * up, f[2] = a.z * up, f[3] = a.w * up;
+  f[4] = b.x * up, f[5] = b.y * up, f[6] = b.z * up, f[7] = b.w * up;
+}
+
+// One thread per 8 columns (a quarter of a 32-column block; loads coalesced) splits them into
+// kP parts: bf16 by truncation (kP = 3, exact: each takes the next 8 significant bits) or fp16 by
+// rounding (kP = 2, of x' = x·up). Quarter tig holds columns 8·tig + v and 8·tig + v + 4, which is
+// word 4v + tig of the block in each plane; four rotations among the quarters give quarter tig
+// the words 4·tig..4·tig + 3, one 16-byte store a plane. Every lane of the warp must call it
+// (cols is a multiple of 32, so a quad is all live or all past the end).
+template <int kP>
+__device__ __forceinline__ void SplitChunk(const float (&f)[8], bool live, int64_t at, int tig,
+                                           int64_t plane, uint16_t* planes, float* sums) {
   float s = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) s += f[i];
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
-  const int tig = static_cast<int>(id & 3);
-  uint32_t word[kParts][4];  // [part][v]
+  uint32_t word[kP][4];  // [part][v]
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
     const float a = f[v], b = f[v + 4];
-    const float ra = a - Trunc(a), rb = b - Trunc(b);
-    word[0][v] = HiPair(a, b);
-    word[1][v] = HiPair(ra, rb);
-    word[2][v] = HiPair(ra - Trunc(ra), rb - Trunc(rb));
+    if constexpr (kP == 3) {
+      const float ra = a - Trunc(a), rb = b - Trunc(b);
+      word[0][v] = HiPair(a, b);
+      word[1][v] = HiPair(ra, rb);
+      word[2][v] = HiPair(ra - Trunc(ra), rb - Trunc(rb));
+    } else {
+      const __half2 hi = __floats2half2_rn(a, b);
+      // a − hi is exact in fp32 (hi is a rounded to 11 bits).
+      const __half2 lo = __floats2half2_rn(a - __low2float(hi), b - __high2float(hi));
+      word[0][v] = *reinterpret_cast<const uint32_t*>(&hi);
+      word[1][v] = *reinterpret_cast<const uint32_t*>(&lo);
+    }
   }
   // Round r: send word v = tig + r, receive quarter tig - r's word v = tig (its slot tig - r).
-  uint32_t out[kParts][4];
+  uint32_t out[kP][4];
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int send = (tig + r) & 3, from = (tig - r) & 3;
 #pragma unroll
-    for (int q = 0; q < kParts; ++q) {
+    for (int q = 0; q < kP; ++q) {
       const uint32_t mine = send == 0   ? word[q][0]
                             : send == 1 ? word[q][1]
                             : send == 2 ? word[q][2]
@@ -87,11 +108,67 @@ __global__ void SplitXKernel(const float* x, int rows, int cols, uint16_t* plane
   if (!live) return;
   const int64_t blk = at - tig * 8;  // the block's first element
   if (tig == 0) sums[blk / 32] = s;
-  const int64_t plane = static_cast<int64_t>(rows) * cols;
 #pragma unroll
-  for (int q = 0; q < kParts; ++q)
+  for (int q = 0; q < kP; ++q)
     *reinterpret_cast<uint4*>(planes + q * plane + blk + 8 * tig) =
         make_uint4(out[q][0], out[q][1], out[q][2], out[q][3]);
+}
+
+// bf16 × 3: one thread per chunk of 8 columns over the whole of x.
+__global__ void SplitX3Kernel(const float* x, int rows, int cols, uint16_t* planes, float* sums) {
+  PdlEnter();
+  const int chunks = cols / 8;
+  const int64_t id = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool live = id < static_cast<int64_t>(rows) * chunks;
+  const int64_t at = live ? id * 8 : 0;  // row · cols + column
+  float f[8];
+  LoadChunk(x, at, live, 1.0f, f);
+  SplitChunk<3>(f, live, at, static_cast<int>(id & 3), static_cast<int64_t>(rows) * cols, planes,
+                sums);
+}
+
+// fp16 × 2: a block per row. Its chunks (up to kSplitPer per thread, warp-uniform so quads stay
+// together) are loaded into registers once; the row's largest |x| gives the scale, then each
+// chunk is split. Rows wider than 256·kSplitPer·8 columns take the bf16 × 3 split instead.
+constexpr int kSplitPer = 4;
+
+__global__ void SplitX2Kernel(const float* x, int rows, int cols, uint16_t* planes, float* sums,
+                              float* row_down) {
+  PdlEnter();
+  __shared__ float s_max[32];
+  const int r = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int chunks = cols / 8;
+  const int64_t row_at = static_cast<int64_t>(r) * cols;
+  float f[kSplitPer][8];
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kSplitPer; ++i) {
+    const int c = i * blockDim.x + threadIdx.x;
+    LoadChunk(x, row_at + c * 8, c < chunks, 1.0f, f[i]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[i][k]));
+  }
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) s_max[warp] = m;
+  __syncthreads();
+  m = 0.0f;
+  for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) m = fmaxf(m, s_max[i]);
+  // m < 2^(e+1): x·2^(14−e) stays below 2^15 (fp16's largest is 65504). Zero rows take s = 0;
+  // non-finite ones too (they stay non-finite, as they would be in fp32).
+  const int e = static_cast<int>((__float_as_uint(m) >> 23) & 255u) - 127;
+  const int sh = m > 0.0f && e < 128 ? max(-126, min(14 - e, 126)) : 0;
+  const float up = __uint_as_float(static_cast<uint32_t>(sh + 127) << 23);
+  if (threadIdx.x == 0) row_down[r] = __uint_as_float(static_cast<uint32_t>(127 - sh) << 23);
+#pragma unroll
+  for (int i = 0; i < kSplitPer; ++i) {
+    if (i * static_cast<int>(blockDim.x) >= chunks) break;  // block-uniform
+    const int c = i * blockDim.x + threadIdx.x;
+    const bool live = c < chunks;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) f[i][k] *= up;  // exact (a power of two)
+    SplitChunk<2>(f[i], live, row_at + (live ? c * 8 : 0), c & 3, static_cast<int64_t>(rows) * cols,
+                  planes, sums);
+  }
 }
 
 __device__ __forceinline__ void LdMatrix4(uint32_t* a, const void* p) {
@@ -101,15 +178,15 @@ __device__ __forceinline__ void LdMatrix4(uint32_t* a, const void* p) {
                : "r"(s));
 }
 
-// Shared memory of one stage: X planes [3][kBM][128 bytes] (16-byte chunk c of row r at
+// Shared memory of one stage: X planes [kP][kBM][128 bytes] (16-byte chunk c of row r at
 // c ^ (r & 7): ldmatrix's 8 rows of a chunk fall in distinct banks), codes [kBN][8·bits bytes]
 // (16-byte chunk c of row n at c ^ Swz(n), so the 8 rows × 4 lanes of a fragment load spread
 // over the banks), scales and biases as floats [2][2 halves][kBN], x sums [kBM][2 halves].
-template <int kWM, int kWN, int kBits>
+template <int kWM, int kWN, int kBits, int kP>
 struct Stage {
   static constexpr int kBM = 32 * kWM, kBN = 32 * kWN;
   static constexpr int kRowBytes = 8 * kBits;  // 64 codes
-  static constexpr int kX = kParts * kBM * 128, kW = kBN * kRowBytes, kSB = 4 * kBN * 4;
+  static constexpr int kX = kP * kBM * 128, kW = kBN * kRowBytes, kSB = 4 * kBN * 4;
   static constexpr int kSum = kBM * 2 * 4;
   static constexpr int kBytes = kX + kW + kSB + kSum;
   static_assert(kBytes % 16 == 0);
@@ -121,19 +198,20 @@ __device__ __forceinline__ int Swz(int n) {
 }
 
 // kWM×kWN warps of 32×32 outputs each; Y[row0 + r][n] = X[src(r)]·W[n] for the rows of each
-// group (grid z), X given as planes (plane_rows rows each) and 32-column sums.
-template <int kWM, int kWN, int kBits, int kStages, int kMinBlocks>
+// group (grid z), X given as kP planes (plane_rows rows each), 32-column sums and (kP = 2) the
+// rows' factors 2^-s.
+template <int kWM, int kWN, int kBits, int kP, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
     PlanesMatMulKernel(DevMat w, const uint8_t* const* blobs, const int* row0s, const int* rowss,
                        int dense_rows, const int* gather, const uint16_t* planes, int plane_rows,
-                       const float* sums, float* y) {
+                       const float* sums, const float* row_down, float* y) {
   PdlEnter();
-  using L = Stage<kWM, kWN, kBits>;
+  using L = Stage<kWM, kWN, kBits, kP>;
   constexpr int kT = 32 * kWM * kWN, kBM = L::kBM, kBN = L::kBN;
-  constexpr int kXCopies = kParts * kBM * 8 / kT;   // 16-byte X copies per thread per step
+  constexpr int kXCopies = kP * kBM * 8 / kT;       // 16-byte X copies per thread per step
   constexpr int kWCopies = kBN * (kBits / 2) / kT;  // 16-byte code copies per thread
   constexpr int kSBPer = (2 * kBN + kT - 1) / kT;   // scale/bias entries per thread
-  static_assert(kParts * kBM * 8 % kT == 0 && kBN * (kBits / 2) % kT == 0 && kWCopies >= 1);
+  static_assert(kP * kBM * 8 % kT == 0 && kBN * (kBits / 2) % kT == 0 && kWCopies >= 1);
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int grp = blockIdx.z;
@@ -151,8 +229,8 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
 
   // This thread's X copies: u = tid + i·kT over [part][row][chunk], the same kXRows rows in
   // every part; the plane offset of each row's chunk (gathered) or -1 past the group's rows.
-  constexpr int kXRows = kXCopies / kParts;
-  static_assert(kXCopies % kParts == 0 && 2 * kBM <= kT);
+  constexpr int kXRows = kXCopies / kP;
+  static_assert(kXCopies % kP == 0 && 2 * kBM <= kT);
   int xoff[kXRows];
 #pragma unroll
   for (int i = 0; i < kXRows; ++i) {
@@ -270,12 +348,16 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
       }
       uint4 bq[4];  // the B fragments of both k16 steps (registers 2t, 2t + 1)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        bq[j] = kBits == 4 ? Codes4(words[j][0]) : Codes8(words[j][0], words[j][1]);
-        // The smallest part first: its products gather in a fragment still near zero, where the
-        // tensor core's accumulation loses none of their bits.
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (kP == 2)
+          bq[j] = kBits == 4 ? Codes4H(words[j][0]) : Codes8H(words[j][0], words[j][1]);
+        else
+          bq[j] = kBits == 4 ? Codes4(words[j][0]) : Codes8(words[j][0], words[j][1]);
+      }
+      // The smallest part first: its products gather in a fragment still near zero, where the
+      // tensor core's accumulation loses none of their bits.
 #pragma unroll
-      for (int q = kParts - 1; q >= 0; --q)
+      for (int q = kP - 1; q >= 0; --q)
 #pragma unroll
         for (int t = 0; t < 2; ++t)
 #pragma unroll
@@ -284,8 +366,12 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
             const int r = wm + i * 16 + lrow;
             LdMatrix4(a, base + q * kBM * 128 + r * 128 + (((4 * h + 2 * t) ^ lsw) << 4));
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-              MmaBf16(frag[i][j], a, t ? bq[j].z : bq[j].x, t ? bq[j].w : bq[j].y);
+            for (int j = 0; j < 4; ++j) {
+              if constexpr (kP == 2)
+                MmaF16(frag[i][j], a, t ? bq[j].z : bq[j].x, t ? bq[j].w : bq[j].y);
+              else
+                MmaBf16(frag[i][j], a, t ? bq[j].z : bq[j].x, t ? bq[j].w : bq[j].y);
+            }
           }
       // acc += s·Σq·x + b·Σx over the segment (half h, or the whole step).
       if (h == 1 || !seg64) ScaleSegment<kBN>(acc, frag, xsb, sb, wm, wn, gid, tig, h, seg64);
@@ -293,22 +379,40 @@ __global__ void __launch_bounds__(32 * kWM * kWN, kMinBlocks)
     // The scales of step pf go to the stage step kt - 1 used: every thread is past it.
     if (pf < nk) store_sb(pf % kStages);
   }
+  if constexpr (kP == 2) {
+    // Rows back from x' = x·2^s to x.
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = m0 + wm + i * 16 + gid + e * 8;
+        if (r >= rows) continue;
+        const int gr = row0 + r;
+        const float down = row_down[gather != nullptr ? gather[gr] : gr];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          acc[i][j][2 * e] *= down;
+          acc[i][j][2 * e + 1] *= down;
+        }
+      }
+  }
   StoreWarpTile(acc, m0 + wm, n0 + wn, gid, tig, rows, N, row0, y);
 }
 
-template <int kWM, int kWN, int kBits, int kStages, int kMinBlocks>
+template <int kWM, int kWN, int kBits, int kP, int kStages, int kMinBlocks>
 cudaError_t Launch(const DevMat& w, const uint8_t* const* blobs, int groups, const int* row0s,
                    const int* rowss, int64_t dense_rows, int64_t max_rows, const int* gather,
                    const XPlanes& x, float* y, cudaStream_t s) {
-  constexpr int kBytes = kStages * Stage<kWM, kWN, kBits>::kBytes;
-  auto* kernel = PlanesMatMulKernel<kWM, kWN, kBits, kStages, kMinBlocks>;
+  constexpr int kBytes = kStages * Stage<kWM, kWN, kBits, kP>::kBytes;
+  auto* kernel = PlanesMatMulKernel<kWM, kWN, kBits, kP, kStages, kMinBlocks>;
   static const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (attr != cudaSuccess) return attr;
   const dim3 grid(Blocks(w.rows, 32 * kWN), Blocks(max_rows, 32 * kWM),
                   static_cast<unsigned>(groups));
   LaunchKernel(kernel, grid, 32 * kWM * kWN, kBytes, s, w, blobs, row0s, rowss,
-               static_cast<int>(dense_rows), gather, x.planes, static_cast<int>(x.rows), x.sums, y);
+               static_cast<int>(dense_rows), gather, x.planes, static_cast<int>(x.rows), x.sums,
+               x.row_down, y);
   return cudaGetLastError();
 }
 
@@ -316,33 +420,58 @@ template <int kWM, int kWN, int kStages, int kMinBlocks>
 cudaError_t LaunchBits(const DevMat& w, const uint8_t* const* blobs, int groups, const int* row0s,
                        const int* rowss, int64_t dense_rows, int64_t max_rows, const int* gather,
                        const XPlanes& x, float* y, cudaStream_t s) {
-  return w.bits == 4 ? Launch<kWM, kWN, 4, kStages, kMinBlocks>(
+  if (x.parts == 2)
+    return w.bits == 4 ? Launch<kWM, kWN, 4, 2, kStages, kMinBlocks>(
+                             w, blobs, groups, row0s, rowss, dense_rows, max_rows, gather, x, y, s)
+                       : Launch<kWM, kWN, 8, 2, kStages, kMinBlocks>(
+                             w, blobs, groups, row0s, rowss, dense_rows, max_rows, gather, x, y, s);
+  return w.bits == 4 ? Launch<kWM, kWN, 4, 3, kStages, kMinBlocks>(
                            w, blobs, groups, row0s, rowss, dense_rows, max_rows, gather, x, y, s)
-                     : Launch<kWM, kWN, 8, kStages, kMinBlocks>(
+                     : Launch<kWM, kWN, 8, 3, kStages, kMinBlocks>(
                            w, blobs, groups, row0s, rowss, dense_rows, max_rows, gather, x, y, s);
 }
 
 }  // namespace
 
 size_t SplitXBytes(int64_t rows, int64_t cols) {
-  return static_cast<size_t>(rows * cols) * 2 * kParts +
-         static_cast<size_t>(rows * (cols / 32)) * 4;
+  return static_cast<size_t>(rows * cols) * 2 * kMaxParts +
+         static_cast<size_t>(rows * (cols / 32)) * 4 + static_cast<size_t>(rows) * 4;
+}
+
+// The split the forward pass takes (LaunchSplitX with parts 0).
+int SplitXParts() {
+  static const int parts = [] {
+    const char* v = std::getenv("REDWING_CUDA_SPLIT");
+    return v != nullptr && std::strcmp(v, "bf16x3") == 0 ? 3 : 2;
+  }();
+  return parts;
 }
 
 cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scratch,
-                         size_t scratch_bytes, XPlanes* out, cudaStream_t s) {
+                         size_t scratch_bytes, XPlanes* out, cudaStream_t s, int parts) {
   *out = XPlanes{};
+  if (parts == 0) parts = SplitXParts();
+  if (parts != 2 && parts != 3) return cudaErrorInvalidValue;
+  if (parts == 2 && cols / 8 > 256 * kSplitPer) parts = 3;  // wider than SplitX2Kernel holds
   if (rows <= 0 || cols <= 0 || cols % 32 != 0 || (reinterpret_cast<uintptr_t>(x) & 15u) != 0 ||
       (reinterpret_cast<uintptr_t>(scratch) & 15u) != 0 || rows * cols >= (int64_t{1} << 30))
     return cudaErrorNotSupported;
   if (SplitXBytes(rows, cols) > scratch_bytes) return cudaErrorInvalidValue;
   auto* planes = static_cast<uint16_t*>(scratch);
-  auto* sums = reinterpret_cast<float*>(planes + kParts * rows * cols);
-  const int64_t threads = rows * (cols / 8);
-  LaunchKernel(SplitXKernel, Blocks(threads, 256), 256, 0, s, x, static_cast<int>(rows),
-               static_cast<int>(cols), planes, sums);
+  auto* sums = reinterpret_cast<float*>(planes + parts * rows * cols);
+  float* row_down = nullptr;
+  if (parts == 2) {
+    row_down = sums + rows * (cols / 32);
+    const int threads = static_cast<int>(std::min<int64_t>(256, (cols / 8 + 31) / 32 * 32));
+    LaunchKernel(SplitX2Kernel, static_cast<unsigned>(rows), threads, 0, s, x,
+                 static_cast<int>(rows), static_cast<int>(cols), planes, sums, row_down);
+  } else {
+    const int64_t threads = rows * (cols / 8);
+    LaunchKernel(SplitX3Kernel, Blocks(threads, 256), 256, 0, s, x, static_cast<int>(rows),
+                 static_cast<int>(cols), planes, sums);
+  }
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  *out = XPlanes{planes, sums, rows, cols};
+  *out = XPlanes{planes, sums, row_down, rows, cols, parts};
   return cudaSuccess;
 }
 
