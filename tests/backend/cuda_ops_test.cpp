@@ -795,7 +795,7 @@ TEST(CudaOps, AttentionDecodeAndPrefill) {
     const cpu::KvCacheView view{kc.data(), vc.data(), c.nkv, c.hd, c.cap};
     std::vector<float> want(q.size());
     cpu::ref::AttendBlock(q.data(), c.m, c.pos0, c.nh, view, c.window, 1.0f, want.data());
-    for (int splits : {1, 3, 8}) {
+    for (int splits : {1, 3, 8, 64}) {
       if (c.m > 1 && splits > 1) continue;
       Dev<float> dq(q), dk(kc), dv(vc), dout(q.size()),
           dpart(cuda::AttentionPartialFloats(c.m, c.nh, c.hd, splits));

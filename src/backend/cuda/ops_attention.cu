@@ -20,6 +20,60 @@ constexpr int kTile = 32;
 constexpr int kMaxHeadDim = 512;
 constexpr int kDimsPerThread = kMaxHeadDim / kThreads;
 
+// Splits [0, used) of query t's keys hold keys (the partition of the kernels below); the rest
+// saw none.
+__device__ __forceinline__ int UsedSplits(const int64_t* pos0, int64_t t, int64_t window,
+                                          int splits) {
+  const int64_t p = *pos0 + t;
+  const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+  const int64_t len = p + 1 - lo;
+  int64_t chunk = (len + splits - 1) / splits;
+  chunk = ((chunk + kTile - 1) / kTile) * kTile;
+  const int64_t used = (len + chunk - 1) / chunk;
+  return static_cast<int>(used < splits ? used : splits);
+}
+
+// out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M) over the used splits of one (query, head)
+// (base: its partials), for dims d0, d0 + step, … < hd. Each split's (m_s, l_s) is read once,
+// by its own thread, into sm (3·used floats); the block's threads must all call it. Only the used
+// splits are read: a graph's split count covers the whole capacity, and at decode most are empty
+// (reading all 64 of a full layer's in three serial passes cost ~7% of a decode step).
+__device__ __forceinline__ void MergeHead(const float* base, int hd, int used, int d0, int step,
+                                          float* sm, float* out) {
+  const int stride = hd + 2;
+  float *ms = sm, *ls = sm + used, *ws = sm + 2 * used;
+  for (int s = threadIdx.x; s < used; s += blockDim.x) {
+    ms[s] = base[s * stride + hd];
+    ls[s] = base[s * stride + hd + 1];
+  }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int s = 0; s < used; ++s) mx = fmaxf(mx, ms[s]);
+  for (int s = threadIdx.x; s < used; s += blockDim.x) ws[s] = expf(ms[s] - mx);
+  __syncthreads();
+  float l = 0.0f;
+  for (int s = 0; s < used; ++s) l += ls[s] * ws[s];
+  for (int d = d0; d < hd; d += step) {
+    float a = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < used; ++s) a += base[s * stride + d] * ws[s];
+    out[d] = a / l;
+  }
+}
+
+// A block per (query·head, 128 dims).
+constexpr int kMergeThreads = 128;
+
+__global__ void MergeSplitsKernel(const float* partial, int n_heads, int hd, int splits,
+                                  const int64_t* pos0, int64_t window, float* out) {
+  PdlEnter();
+  extern __shared__ float sm[];
+  const int64_t qh = blockIdx.x;  // t·n_heads + h
+  const int used = UsedSplits(pos0, qh / n_heads, window, splits);
+  MergeHead(partial + qh * splits * (hd + 2), hd, used, blockIdx.y * blockDim.x + threadIdx.x, hd,
+            sm, out + qh * hd);
+}
+
 __global__ void AttendSplitKernel(const float* q, int n_heads, const float* kc, const float* vc,
                                   int n_kv, int hd, int64_t capacity, const int64_t* pos0,
                                   int64_t window, float scale, int splits, float* partial) {
@@ -250,39 +304,6 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
   }
 }
 
-// out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M) over the splits of one (query, head), a
-// block per (query·head, 128 dims): the e^(m_s − M) once per split in shared memory, then one
-// dim per thread with the splits' loads unrolled (decode uses up to 64 splits). Splits that saw
-// no key (m_s = −inf) are skipped; their acc is not read.
-constexpr int kMergeThreads = 128;
-
-__global__ void MergeSplitsKernel(const float* partial, int hd, int splits, float* out) {
-  PdlEnter();
-  extern __shared__ float e[];    // [splits]: e^(m_s − M), −1 for a skipped split
-  const int64_t qh = blockIdx.x;  // t·n_heads + h
-  const float* base = partial + qh * splits * (hd + 2);
-  const int stride = hd + 2;
-  float mx = -INFINITY;
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, base[s * stride + hd]);
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-    const float ms = base[s * stride + hd];
-    e[s] = ms != -INFINITY ? expf(ms - mx) : -1.0f;
-  }
-  __syncthreads();
-  float l = 0.0f;
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s)
-    if (e[s] >= 0.0f) l += base[s * stride + hd + 1] * e[s];
-  const int d = blockIdx.y * blockDim.x + threadIdx.x;
-  if (d >= hd) return;
-  float a = 0.0f;
-#pragma unroll 8
-  for (int s = 0; s < splits; ++s)
-    if (e[s] >= 0.0f) a += base[s * stride + d] * e[s];
-  out[qh * hd + d] = a / l;
-}
-
 }  // namespace
 
 int64_t AttentionPartialFloats(int64_t m, int n_heads, int head_dim, int splits) {
@@ -316,8 +337,8 @@ cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float*
     LaunchKernel(AttendSplitKernel, grid, kThreads, 0, s, q, n_heads, k_cache, v_cache, n_kv,
                  head_dim, capacity, pos0, window, scale, splits, partial);
   const dim3 merge(static_cast<unsigned>(m * n_heads), Blocks(head_dim, kMergeThreads), 1);
-  LaunchKernel(MergeSplitsKernel, merge, kMergeThreads, static_cast<size_t>(splits) * 4, s, partial,
-               head_dim, splits, out);
+  LaunchKernel(MergeSplitsKernel, merge, kMergeThreads, static_cast<size_t>(splits) * 12, s,
+               partial, n_heads, head_dim, splits, pos0, window, out);
   return cudaGetLastError();
 }
 
