@@ -887,6 +887,28 @@ TEST(CudaOps, RouterTopKAndMoeSum) {
       EXPECT_EQ(di.Get(), want_idx);
       EXPECT_LT(RelErr(dw.Get(), want_w), 1e-6);
       EXPECT_LT(RelErr(dp.Get(), probs), 1e-6);
+      // One token at a time (decode's kernel for up to 256 experts): the same bits as the chunk,
+      // also for a row with a NaN logit (NaN ranks first).
+      {
+        std::vector<float> rows_in = logits;
+        rows_in.resize((m + 1) * E);
+        std::copy_n(logits.begin(), E, rows_in.begin() + m * E);
+        rows_in[m * E + E / 2] = std::nanf("");
+        Dev<float> dl1(rows_in), dp1((m + 1) * E), dw1((m + 1) * k), dwc((m + 1) * k),
+            dpc((m + 1) * E);
+        Dev<int> di1((m + 1) * k), dic((m + 1) * k);
+        ASSERT_EQ(cuda::LaunchRouteTopK(dl1.p(), dpc.p(), m + 1, E, k, dpes.p(), dic.p(), dwc.p(),
+                                        nullptr),
+                  cudaSuccess);
+        for (int64_t t = 0; t <= m; ++t)
+          ASSERT_EQ(cuda::LaunchRouteTopK(dl1.p() + t * E, dp1.p() + t * E, 1, E, k, dpes.p(),
+                                          di1.p() + t * k, dw1.p() + t * k, nullptr),
+                    cudaSuccess);
+        EXPECT_EQ(di1.Get(), dic.Get());
+        const std::vector<float> w1 = dw1.Get(), wc = dwc.Get(), p1 = dp1.Get(), pc = dpc.Get();
+        EXPECT_EQ(std::memcmp(w1.data(), wc.data(), w1.size() * 4), 0);
+        EXPECT_EQ(std::memcmp(p1.data(), pc.data(), p1.size() * 4), 0);
+      }
       // The sum in ascending expert order, with and without a row map.
       const int n = 77;
       const std::vector<float> y = Randn(m * k * n, rng);

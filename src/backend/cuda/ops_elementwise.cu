@@ -269,6 +269,71 @@ __global__ void RouteTopKWarpKernel(const float* logits, float* probs, int64_t m
   }
 }
 
+// The same result as RouteTopKWarpKernel (bit for bit) for one token per block and a thread per
+// expert: the softmax summed in the warp kernel's order (lane l adds experts l, l + 32, … in
+// order, then the same butterfly), and each expert's place in the top-k order counted against
+// all the others at once, instead of k dependent rounds of argmax over shuffles (one warp
+// issuing ~2,300 dependent instructions: ~9 µs of a decode step's critical path per layer).
+__global__ void RouteTopKRankKernel(const float* logits, float* probs, int E, int k,
+                                    const float* per_expert_scale, int* idx, float* w) {
+  PdlEnter();
+  constexpr int kMax = 32 * kWarpRouterMax;
+  __shared__ double s_ex[kMax];
+  __shared__ float s_p[kMax];
+  __shared__ float s_max[kMax / 32];
+  __shared__ float s_total;
+  __shared__ int s_pick_e[32];
+  __shared__ float s_pick_p[32];
+  const int64_t t = blockIdx.x;
+  const int e = threadIdx.x, lane = e & 31, warp = e >> 5, warps = blockDim.x >> 5;
+  const float x = e < E ? logits[t * E + e] : -INFINITY;
+  float mx = fmaxf(-INFINITY, x);
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  if (lane == 0) s_max[warp] = mx;
+  __syncthreads();
+  for (int i = 0; i < warps; ++i) mx = fmaxf(mx, s_max[i]);
+  const float ex = e < E ? expf(x - mx) : 0.0f;
+  s_ex[e] = ex;
+  __syncthreads();
+  if (warp == 0) {
+    double sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < kWarpRouterMax; ++i)
+      sum += lane + 32 * i < warps * 32 ? s_ex[lane + 32 * i] : 0.0;
+    const double total = WarpAllSumD(sum);
+    if (lane == 0) s_total = static_cast<float>(total);
+  }
+  __syncthreads();
+  const float p = ex / s_total;
+  if (e < E) probs[t * E + e] = p;
+  s_p[e] = p;
+  const bool any_nan = __syncthreads_or(e < E && isnan(p));
+  if (e < E) {
+    int rank = 0;
+    if (!any_nan) {
+#pragma unroll 8
+      for (int j = 0; j < E; ++j) {
+        const float q = s_p[j];
+        rank += q > p || (q == p && j < e);
+      }
+    } else {
+      for (int j = 0; j < E; ++j) rank += Above(s_p[j], j, p, e);
+    }
+    if (rank < k) {
+      s_pick_e[rank] = e;
+      s_pick_p[rank] = p;
+    }
+  }
+  __syncthreads();
+  if (e < k) {
+    float picked_sum = 0.0f;  // in choice order, as the reference sums
+    for (int j = 0; j < k; ++j) picked_sum += s_pick_p[j];
+    const int pe = s_pick_e[e];
+    idx[t * k + e] = pe;
+    w[t * k + e] = s_pick_p[e] / picked_sum * per_expert_scale[pe];
+  }
+}
+
 __global__ void MoeCombineKernel(const int* idx, const float* w, const int* rows, const float* y,
                                  int k, int n, float* out) {
   PdlEnter();
@@ -734,6 +799,16 @@ cudaError_t LaunchRouteTopK(const float* logits, float* probs, int64_t m, int nu
   if (m <= 0) return cudaSuccess;
   if (k > 64 || k > num_experts) return cudaErrorInvalidValue;
   if (num_experts <= 32 * kWarpRouterMax && k <= 32) {
+    // REDWING_CUDA_TOPK=warp: the warp kernel for every chunk size (comparisons).
+    static const bool warp_only = [] {
+      const char* e = std::getenv("REDWING_CUDA_TOPK");
+      return e != nullptr && std::strcmp(e, "warp") == 0;
+    }();
+    if (m == 1 && !warp_only) {
+      LaunchKernel(RouteTopKRankKernel, 1, (num_experts + 31) / 32 * 32, 0, s, logits, probs,
+                   num_experts, k, per_expert_scale, idx, w);
+      return cudaGetLastError();
+    }
     LaunchKernel(RouteTopKWarpKernel, Blocks(m, 4), 128, 0, s, logits, probs, m, num_experts, k,
                  per_expert_scale, idx, w);
     return cudaGetLastError();
