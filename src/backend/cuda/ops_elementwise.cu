@@ -515,14 +515,9 @@ __device__ __forceinline__ void BlockSum2D(double& a, double& b, double2* smem32
   __syncthreads();
   if (lane == 0) smem32[warp] = make_double2(a, b);
   __syncthreads();
-  double ta = 0.0, tb = 0.0;
-  for (int i = 0; i < warps; ++i) {
-    const double2 v = smem32[i];
-    ta += v.x;
-    tb += v.y;
-  }
-  a = ta;
-  b = tb;
+  const double2 v = lane < warps ? smem32[lane] : make_double2(0.0, 0.0);
+  a = WarpAllSumD(v.x);
+  b = WarpAllSumD(v.y);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
@@ -566,14 +561,18 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   __syncthreads();
+  // Expert by expert (each weight and row read from shared memory once), every element's sum in
+  // the same order as MoeFinishKernel's.
 #pragma unroll
-  for (int u = 0; u < kRowPer; ++u) {
-    const int c = threadIdx.x + u * kRowThreads;
-    if (c < n) {
-      float acc = 0.0f;
+  for (int u = 0; u < kRowPer; ++u) mo[u] = 0.0f;
 #pragma unroll 8
-      for (int q = 0; q < k; ++q) acc += s_w[q] * y[static_cast<int64_t>(s_row[q]) * n + c];
-      mo[u] = acc;
+  for (int q = 0; q < k; ++q) {
+    const float wq = s_w[q];
+    const float* yq = y + static_cast<int64_t>(s_row[q]) * n;
+#pragma unroll
+    for (int u = 0; u < kRowPer; ++u) {
+      const int c = threadIdx.x + u * kRowThreads;
+      if (c < n) mo[u] += wq * yq[c];
     }
   }
   // RmsNorm(moe) and RmsNorm(dense) in one pass.
