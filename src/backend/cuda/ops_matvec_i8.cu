@@ -5,13 +5,16 @@
 // bandwidth. Here a code q goes to mma.m16n8k32 as the unsigned byte it is (4-bit codes after
 // one mask, 8-bit codes as stored), and per group of G columns
 //   Σ_k (s·q_k + b)·x_k = s·Σ_k q_k·x_k + b·Σ_k x_k.
-// x is brought into integers per group: with E the group's largest exponent, x·2^(26−E) is
-// rounded to a 28-bit integer X (exact scaling by a power of two; the rounding is 2^-27 of the
-// group's largest |x|, below fp32's own rounding of the products) and cut into four signed
-// bytes X = 2^21·p3 + 2^14·p2 + 2^7·p1 + p0 (p3 signed, the others 0..127). The four parts are
-// four of the MMA's 8 columns, so Σ q·p is exact in int32 and only the combination per group
-// rounds (fp32). Results therefore differ from the SIMT kernels' fp32 FMA chain by rounding only
-// (the kernel tests bound it against the CPU reference).
+// x is brought into integers per group: with E the group's largest exponent, x·2^(30−E) is
+// rounded to a 32-bit integer X (exact scaling by a power of two; the rounding is 2^-31 of the
+// group's largest |x|, below fp32's own rounding of the products), whose four bytes are the
+// parts: X = 2^24·b3 + 2^16·b2 + 2^8·b1 + b0 with b3 signed and the others 0..255, taken as
+// the signed bytes b − 128 (offset binary: one byte permute per four values and an XOR, where
+// 7-bit fields took shifts and masks per value). The four parts are four of the MMA's 8
+// columns and a fifth column of ones gives Σq, which puts the offsets back:
+// Σq·X = Σ_j 2^(8j)·Σq·p_j + 128·(1 + 2^8 + 2^16)·Σq. Σ q·p is exact in int32 and only the
+// combination per group rounds (fp32). Results therefore differ from the SIMT kernels' fp32 FMA
+// chain by rounding only (the kernel tests bound it against the CPU reference).
 //
 // Layout: a block has kTiles × kSlices warps; tile t covers 16 rows, slice j a share of the
 // groups of K. In m16n8k32 lane (g, c) of a quad holds k-slots 4c..4c+3 and 16+4c..16+4c+3 of
@@ -61,14 +64,31 @@ struct Args : TcMatVec {
   int64_t turns = 0;  // row blocks in all (per slot with blobs)
 };
 
-// Bytes (low 8 bits) of a, b, c, d packed as one word, a lowest.
-__device__ __forceinline__ uint32_t Pack4(int a, int b, int c, int d) {
-  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+// Byte j of a, b, c, d packed as one word, a lowest.
+template <int kJ>
+__device__ __forceinline__ uint32_t Bytes4(int a, int b, int c, int d) {
+  constexpr unsigned kSel = kJ | ((kJ + 4) << 4);
+  return __byte_perm(__byte_perm(a, b, kSel), __byte_perm(c, d, kSel), 0x5410);
+}
+
+// Part j of 8 integers as the B fragment words of a unit (see StageParts).
+template <int kBits, int kJ>
+__device__ __forceinline__ uint2 PartWords(const int (&xi)[8]) {
+  constexpr uint32_t kOffset = kJ < 3 ? 0x80808080u : 0u;  // unsigned bytes to signed
+  uint2 b;
+  if (kBits == 4) {
+    b.x = Bytes4<kJ>(xi[0], xi[2], xi[4], xi[6]) ^ kOffset;
+    b.y = Bytes4<kJ>(xi[1], xi[3], xi[5], xi[7]) ^ kOffset;
+  } else {
+    b.x = Bytes4<kJ>(xi[0], xi[1], xi[2], xi[3]) ^ kOffset;
+    b.y = Bytes4<kJ>(xi[4], xi[5], xi[6], xi[7]) ^ kOffset;
+  }
+  return b;
 }
 
 // Stages x as B fragments: frag[(unit-MMA m of group gi)][part p][quad lane c] = {b0, b1}, the
 // four parts' bytes of the unit's 8 columns (4-bit: even columns in b0, odd in b1, matching the
-// nibble masks; 8-bit: first four in b0). Also per group 2^(E−26) (the integers' scale) and Σx.
+// nibble masks; 8-bit: first four in b0). Also per group 2^(E−30) (the integers' scale) and Σx.
 // Every thread of the block must call it; x is 16-byte aligned and cols a multiple of G.
 template <int kBits, int G>
 __device__ __forceinline__ void StageParts(const float* x, int cols, uint2* frag, float* gdown,
@@ -95,9 +115,10 @@ __device__ __forceinline__ void StageParts(const float* x, int cols, uint2* frag
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
       s += __shfl_xor_sync(0xffffffffu, s, o);
     }
-    // m < 2^(e+1) with e its unbiased exponent: X = x·2^(26−e) has |X| < 2^27.
+    // m < 2^(e+1) with e its unbiased exponent: X = x·2^(30−e) has |X| < 2^31 (and as a float
+    // below 2^31 it is at most 2^31 − 128: the conversion cannot overflow).
     const int e = static_cast<int>((__float_as_uint(m) >> 23) & 255u) - 127;
-    const int sh = min(26 - e, 126);
+    const int sh = min(30 - e, 126);
     const float up = __uint_as_float(static_cast<uint32_t>(sh + 127) << 23);
     int xi[8];
 #pragma unroll
@@ -106,21 +127,10 @@ __device__ __forceinline__ void StageParts(const float* x, int cols, uint2* frag
       const int gi = u / kUpg, ui = u % kUpg;
       const int c = ui / kMpg, mm = ui % kMpg;
       uint2* f = frag + (gi * kMpg + mm) * 16 + c;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        int p[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) p[k] = q == 3 ? xi[k] >> 21 : (xi[k] >> (7 * q)) & 127;
-        uint2 b;
-        if (kBits == 4) {
-          b.x = Pack4(p[0], p[2], p[4], p[6]);
-          b.y = Pack4(p[1], p[3], p[5], p[7]);
-        } else {
-          b.x = Pack4(p[0], p[1], p[2], p[3]);
-          b.y = Pack4(p[4], p[5], p[6], p[7]);
-        }
-        f[q * 4] = b;
-      }
+      f[0] = PartWords<kBits, 0>(xi);
+      f[4] = PartWords<kBits, 1>(xi);
+      f[8] = PartWords<kBits, 2>(xi);
+      f[12] = PartWords<kBits, 3>(xi);
       if (ui == 0) {
         gdown[gi] = __uint_as_float(static_cast<uint32_t>(127 - sh) << 23);
         gsum[gi] = s;
@@ -214,8 +224,10 @@ __device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const
   const uint16_t* psb = w.scales + (row0 + g + 8) * gpr;
   const uint16_t* pba = w.biases + (row0 + g) * gpr;
   const uint16_t* pbb = w.biases + (row0 + g + 8) * gpr;
-  // Quad lane 0 holds parts 0 and 1 (×1, ×2^7), lane 1 parts 2 and 3 (×2^14, ×2^21).
-  const float pw = c == 0 ? 1.0f : 16384.0f;
+  // Quad lane 0 holds parts 0 and 1 (×1, ×2^8), lane 1 parts 2 and 3 (×2^16, ×2^24), lane 2
+  // the codes' sums (column 4, B all ones: ×128·(1 + 2^8 + 2^16), the parts' offsets).
+  const float pw = c == 0 ? 1.0f : c == 1 ? 65536.0f : 8421504.0f;
+  constexpr uint2 kOnes = {0x01010101u, 0x01010101u}, kZero = {0u, 0u};
 #pragma unroll 2
   for (int gi = g0; gi < g1; ++gi) {
     int acc[4] = {0, 0, 0, 0};
@@ -225,22 +237,26 @@ __device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const
       const uint32_t xa[2] = {wa.x, wa.y}, xb[2] = {wb.x, wb.y};
 #pragma unroll
       for (int mm = 0; mm < 2; ++mm) {
-        const uint2 bf = part < 4 ? frag[(gi * 2 + mm) * 16 + part * 4 + c] : make_uint2(0u, 0u);
+        const uint2 bf = part < 4    ? frag[(gi * 2 + mm) * 16 + part * 4 + c]
+                         : part == 4 ? kOnes
+                                     : kZero;
         MmaU8S8(acc, xa[mm] & 0x0F0F0F0Fu, xb[mm] & 0x0F0F0F0Fu, (xa[mm] >> 4) & 0x0F0F0F0Fu,
                 (xb[mm] >> 4) & 0x0F0F0F0Fu, bf.x, bf.y);
       }
     } else {
       const uint4 wa = *reinterpret_cast<const uint4*>(ca + gi * 64 + c * 16);
       const uint4 wb = *reinterpret_cast<const uint4*>(cbr + gi * 64 + c * 16);
-      const uint2 b0 = part < 4 ? frag[(gi * 2) * 16 + part * 4 + c] : make_uint2(0u, 0u);
-      const uint2 b1 = part < 4 ? frag[(gi * 2 + 1) * 16 + part * 4 + c] : make_uint2(0u, 0u);
+      const uint2 b0 = part < 4 ? frag[(gi * 2) * 16 + part * 4 + c] : part == 4 ? kOnes : kZero;
+      const uint2 b1 = part < 4    ? frag[(gi * 2 + 1) * 16 + part * 4 + c]
+                       : part == 4 ? kOnes
+                                   : kZero;
       MmaU8S8(acc, wa.x, wb.x, wa.y, wb.y, b0.x, b0.y);
       MmaU8S8(acc, wa.z, wb.z, wa.w, wb.w, b1.x, b1.y);
     }
-    if (c < 2) {
+    if (c < 3) {  // (lane 2's second column is zero)
       const float d = gdown[gi] * pw;
-      const float va = fmaf(static_cast<float>(acc[1]), 128.0f, static_cast<float>(acc[0]));
-      const float vb = fmaf(static_cast<float>(acc[3]), 128.0f, static_cast<float>(acc[2]));
+      const float va = fmaf(static_cast<float>(acc[1]), 256.0f, static_cast<float>(acc[0]));
+      const float vb = fmaf(static_cast<float>(acc[3]), 256.0f, static_cast<float>(acc[2]));
       acc_a = fmaf(va, ScaleAt(sa, psa, gi) * d, acc_a);
       acc_b = fmaf(vb, ScaleAt(sbb, psb, gi) * d, acc_b);
       if (c == 0) {
@@ -339,8 +355,10 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
         w, r0, sp, st + tile * 16 * sp.Stride(),
         reinterpret_cast<const uint32_t*>(st + sp.CodeBytes()) + tile * 16 * sp.RowScaleWords(),
         g_begin, g_end, frag, gdown, gsum, acc_a, acc_b);
-    acc_a += __shfl_down_sync(0xffffffffu, acc_a, 1);
+    acc_a += __shfl_down_sync(0xffffffffu, acc_a, 1);  // quad lanes 0 + 1, 2 + 3
     acc_b += __shfl_down_sync(0xffffffffu, acc_b, 1);
+    acc_a += __shfl_down_sync(0xffffffffu, acc_a, 2);
+    acc_b += __shfl_down_sync(0xffffffffu, acc_b, 2);
     if ((lane & 3) == 0) {
       red[tile][slice][lane >> 2] = acc_a;
       red[tile][slice][(lane >> 2) + 8] = acc_b;
