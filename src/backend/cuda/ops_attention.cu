@@ -175,9 +175,15 @@ __global__ void AttendSplitKernel(const float* q, int n_heads, const float* kc, 
 // of K, and every load of a tile is issued before it is used (the cache is cold in DRAM at
 // decode time, so waiting on one load at a time is what costs). For V, thread t owns float4
 // column t % (hd/4) for keys t / (hd/4) + G·i (G = 512/hd groups), summed at the end.
+// kPer = hd / 128 is a template parameter: with it known, a 256-wide head's kernel holds 134
+// registers instead of 172 (more blocks per SM; decode 340 → 369 tok/s, see docs/CUDA.md).
+// Loading a whole tile's K and V rows at once instead of in batches of 4 keys and 8 rows
+// (228 registers) measured slower (363).
+template <int kPer>
 __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* kc, const float* vc,
                                      int n_kv, int hd, int64_t capacity, const int64_t* pos0,
                                      int64_t window, float scale, int splits, float* partial) {
+  constexpr int kKeys = 4, kVBatch = 8;  // K rows a warp loads at once, V rows a thread
   PdlEnter();
   __shared__ __align__(16) float red[kMaxHeadDim * 4];  // V partials of the G key groups
   __shared__ float ps[kTile];
@@ -201,7 +207,7 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
     return;
   }
   const int kvh = h / (n_heads / n_kv);
-  const int per = hd / 128;  // float4s per lane per key row
+  constexpr int per = kPer;  // float4s per lane per key row
   const int cols4 = hd / 4, groups = kThreads / cols4;
   const int my_col = threadIdx.x % cols4, my_group = threadIdx.x / cols4;
   const float4* q4 = reinterpret_cast<const float4*>(q + (t * n_heads + h) * hd);
@@ -217,22 +223,22 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
   for (int64_t k0 = begin; k0 < end; k0 += kTile) {
     const int n = static_cast<int>(end - k0 < kTile ? end - k0 : kTile);
     const int64_t s0 = k0 % capacity;
-    // Scores: warp w takes keys w, w + 4, ... in two halves of four.
+    // Scores: warp w takes keys w, w + 4, ..., kKeys at a time.
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float dot[4];
-      float4 kv[4][4];
+    for (int half = 0; half < 8 / kKeys; ++half) {
+      float dot[kKeys];
+      float4 kv[kKeys][4];
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int j = warp + 4 * (half * 4 + jj);
+      for (int jj = 0; jj < kKeys; ++jj) {
+        const int j = warp + 4 * (half * kKeys + jj);
         const int64_t slot = s0 + j >= capacity ? s0 + j - capacity : s0 + j;
 #pragma unroll
         for (int c = 0; c < 4; ++c)
           if (j < n && c < per) kv[jj][c] = kbase[slot * cols4 + lane + 32 * c];
       }
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int j = warp + 4 * (half * 4 + jj);
+      for (int jj = 0; jj < kKeys; ++jj) {
+        const int j = warp + 4 * (half * kKeys + jj);
         float d = 0.0f;
 #pragma unroll
         for (int c = 0; c < 4; ++c)
@@ -243,8 +249,8 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
       }
       if (lane == 0) {
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) {
-          const int j = warp + 4 * (half * 4 + jj);
+        for (int jj = 0; jj < kKeys; ++jj) {
+          const int j = warp + 4 * (half * kKeys + jj);
           ps[j] = j < n ? scale * dot[jj] : -INFINITY;
         }
       }
@@ -268,17 +274,17 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
     acc.x *= alpha, acc.y *= alpha, acc.z *= alpha, acc.w *= alpha;
     // V: this thread's column for keys my_group, my_group + groups, ... (loads first).
 #pragma unroll
-    for (int j0 = 0; j0 < kTile; j0 += 8) {
+    for (int j0 = 0; j0 < kTile; j0 += kVBatch) {
       if (groups * j0 >= kTile) break;
-      float4 vv[8];
+      float4 vv[kVBatch];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int u = 0; u < kVBatch; ++u) {
         const int j = my_group + groups * (j0 + u);
         const int64_t slot = s0 + j >= capacity ? s0 + j - capacity : s0 + j;
         if (j < n) vv[u] = vbase[slot * cols4 + my_col];
       }
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int u = 0; u < kVBatch; ++u) {
         const int j = my_group + groups * (j0 + u);
         if (j < n) {
           const float w = ps[j];
@@ -330,10 +336,14 @@ cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float*
   }
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(n_heads),
                   static_cast<unsigned>(m));
-  if (head_dim % 128 == 0)
-    LaunchKernel(AttendSplitVecKernel, grid, kThreads, 0, s, q, n_heads, k_cache, v_cache, n_kv,
-                 head_dim, capacity, pos0, window, scale, splits, partial);
-  else
+  if (head_dim % 128 == 0) {
+    auto* kernel = head_dim == 128   ? AttendSplitVecKernel<1>
+                   : head_dim == 256 ? AttendSplitVecKernel<2>
+                   : head_dim == 384 ? AttendSplitVecKernel<3>
+                                     : AttendSplitVecKernel<4>;
+    LaunchKernel(kernel, grid, kThreads, 0, s, q, n_heads, k_cache, v_cache, n_kv, head_dim,
+                 capacity, pos0, window, scale, splits, partial);
+  } else
     LaunchKernel(AttendSplitKernel, grid, kThreads, 0, s, q, n_heads, k_cache, v_cache, n_kv,
                  head_dim, capacity, pos0, window, scale, splits, partial);
   const dim3 merge(static_cast<unsigned>(m * n_heads), Blocks(head_dim, kMergeThreads), 1);
