@@ -353,6 +353,7 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
         "routing read-back");
   }
   bool copy_row = out_rows == 1 && sample_ == nullptr;
+  bool synced = false;  // a Sync() after the last work this call enqueued
   if (out_rows == 1 && sample_ != nullptr && penalty_ != 1.0f && !penalty_ids_.empty()) {
     if (static_cast<int64_t>(penalty_ids_.size()) > penalty_cap_)
       return Error(ErrorCode::kInternal, "{} penalized ids for a context of {}",
@@ -382,6 +383,7 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
                                               cudaMemcpyDeviceToHost, S(stream_)),
                               "top-k candidates");
       RW_RETURN_IF_ERROR(Sync());
+      synced = true;
       const int count = h_cand_[0];
       if (count >= 0 && count <= kTopKCap) {
         sample_->ids->assign(h_cand_ + 1, h_cand_ + 1 + count);
@@ -403,6 +405,7 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
         cudaMemcpyAsync(h_token_, d_token_, sizeof(int), cudaMemcpyDeviceToHost, S(stream_)),
         "sampled token");
     RW_RETURN_IF_ERROR(Sync());
+    synced = true;
     *sample_->token = *h_token_;
   }
   if (copy_row) {
@@ -416,7 +419,7 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
                                             cudaMemcpyDeviceToHost, S(stream_)),
                             "logits");
     RW_RETURN_IF_ERROR(Sync());
-  } else {
+  } else if (!synced) {
     RW_RETURN_IF_ERROR(Sync());  // the pinned parameters are reused by the next call
   }
   if (mapped_) RW_RETURN_IF_ERROR(AfterCall(m));
