@@ -638,7 +638,7 @@ Status CudaForwardPass::Router(int li, int64_t m) {
   RW_K(cuda::LaunchRouteTopK(router_logits_, router_logits_, m, c_.num_experts, c_.top_k,
                              L.per_expert_scale, Idx(li, m), topk_w_, s),
        "route top-k");
-  if (m > 1 || model_.decode_table() == nullptr) {
+  if ((m > 1 && !GpuPlan()) || model_.decode_table() == nullptr) {
     // The host groups a chunk's tokens by expert, and the copy path must fetch missing experts:
     // read the choice back, and let the dense MLP run on the GPU meanwhile (Experts waits).
     RW_K(cudaMemcpyAsync(h_idx_, Idx(li, m), static_cast<size_t>(m * c_.top_k) * 4,
@@ -707,11 +707,47 @@ Status CudaForwardPass::ExpertsDecode(int li, void* stream) {
 
 // A chunk: the choice is read back, the chunk's (token, expert) pairs grouped by expert (each
 // expert's weights read once for all its tokens), experts fetched in batches the cache can hold.
+bool CudaForwardPass::GpuPlan() const {
+  static const bool on = [] {  // REDWING_CUDA_GPU_PLAN=0: the host's plan (comparisons)
+    const char* e = std::getenv("REDWING_CUDA_GPU_PLAN");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on && model_.resident_table() != nullptr && c_.num_experts <= cuda::kMaxPlanExperts;
+}
+
 Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
   const CudaLayer& L = model_.layer(li);
   const int k = c_.top_k, E = c_.num_experts;
   const int64_t I = c_.moe_intermediate_size;
   cudaStream_t s = S(stream_);
+  if (GpuPlan()) {
+    // Every expert resident: the plan is made on the GPU (no read-back, no sync) over all E
+    // experts, from the resident table; an expert no token chose launches blocks that return at
+    // once, and any expert may have up to m rows.
+    int* d_plan = plan_ + static_cast<size_t>(li) * plan_ints_;
+    int* d_gather = d_plan;
+    int* d_row_of = d_plan + m * k;
+    int* d_row0 = d_plan + 2 * m * k;
+    int* d_rows = d_row0 + E;
+    RW_K(cuda::LaunchExpertPlan(Idx(li, m), m, k, E, d_gather, d_row_of, d_row0, d_rows, s),
+         "expert plan");
+    const uint8_t* const* table = model_.resident_table() + static_cast<size_t>(li) * E;
+    const int max_rows = static_cast<int>(m);
+    RW_ASSIGN_OR_RETURN(const cuda::XPlanes* x2, SplitX(a2_, m, c_.hidden_size));
+    RW_K(cuda::LaunchExpertMatMul(L.experts, 0, table, E, d_row0, d_rows, max_rows, d_gather, a2_,
+                                  ex_g_, s, x2),
+         "expert gate");
+    RW_K(cuda::LaunchExpertMatMul(L.experts, 1, table, E, d_row0, d_rows, max_rows, d_gather, a2_,
+                                  ex_u_, s, x2),
+         "expert up");
+    RW_K(cuda::LaunchGeglu(ex_g_, ex_u_, m * k * I, s), "expert geglu");
+    RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xh, SplitX(ex_g_, m * k, I));
+    RW_K(cuda::LaunchExpertMatMul(L.experts, 2, table, E, d_row0, d_rows, max_rows, nullptr, ex_g_,
+                                  ex_y_, s, xh),
+         "expert down");
+    rows_of_ = d_row_of;
+    return Status::Ok();
+  }
   RW_K(cudaMemcpyAsync(h_idx_, Idx(li, m), static_cast<size_t>(m * k) * 4, cudaMemcpyDeviceToHost,
                        s),
        "routing read-back");

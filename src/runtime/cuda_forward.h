@@ -123,6 +123,9 @@ class CudaForwardPass {
   }
   // Mapped path, after a call's final sync: the cache counts the call's uses and promotes.
   Status AfterCall(int64_t m);
+  // Whether a chunk's expert plan is made on the GPU (every expert resident; see
+  // cuda::LaunchExpertPlan) rather than on the host after reading the routing back.
+  bool GpuPlan() const;
   Status ExpertsPrefill(int li, int64_t m);
   Status Head(int64_t row0, int64_t rows);
   // xp: x split by SplitX for the affine prefill matmuls (null: the kernel reads x itself).

@@ -937,6 +937,54 @@ TEST(CudaOps, RouterTopKAndMoeSum) {
     }
 }
 
+// The GPU's expert plan against the host's: pairs grouped by expert in pair order, every
+// expert's first row and count (unchosen experts included), across chunk sizes that do and do
+// not fill the kernel's 32 segments evenly.
+TEST(CudaOps, ExpertPlanMatchesTheHostPlan) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(17);
+  for (const int E : {8, 37, 128, 256})
+    for (const int k : {1, 2, 8})
+      for (const int64_t m : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{509}}) {
+        if (k > E) continue;
+        SCOPED_TRACE(fmt::format("E {} k {} m {}", E, k, m));
+        std::vector<int> idx(m * k);
+        for (int64_t t = 0; t < m; ++t) {  // k distinct experts per token, skewed to low ids
+          std::vector<int> pick;
+          while (static_cast<int>(pick.size()) < k) {
+            const int e = static_cast<int>(rng() % (rng() % 2 ? E : std::max(1, E / 4)));
+            if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+          }
+          std::copy(pick.begin(), pick.end(), idx.begin() + t * k);
+        }
+        std::vector<int> want_gather(m * k), want_row_of(m * k), want_row0(E), want_rows(E, 0);
+        for (int e : idx) ++want_rows[e];
+        for (int e = 0, run = 0; e < E; ++e) {
+          want_row0[e] = run;
+          run += want_rows[e];
+        }
+        std::vector<int> next = want_row0;
+        for (int64_t i = 0; i < m * k; ++i) {
+          const int r = next[idx[i]]++;
+          want_gather[r] = static_cast<int>(i / k);
+          want_row_of[i] = r;
+        }
+        Dev<int> didx(idx), dg(std::vector<int>(m * k, -1)), dr(std::vector<int>(m * k, -1)),
+            d0(std::vector<int>(E, -1)), dn(std::vector<int>(E, -1));
+        ASSERT_EQ(
+            cuda::LaunchExpertPlan(didx.p(), m, k, E, dg.p(), dr.p(), d0.p(), dn.p(), nullptr),
+            cudaSuccess);
+        EXPECT_EQ(dg.Get(), want_gather);
+        EXPECT_EQ(dr.Get(), want_row_of);
+        EXPECT_EQ(d0.Get(), want_row0);
+        EXPECT_EQ(dn.Get(), want_rows);
+      }
+  Dev<int> d(std::vector<int>(8, 0));
+  EXPECT_EQ(cuda::LaunchExpertPlan(d.p(), 1, 1, cuda::kMaxPlanExperts + 1, d.p(), d.p(), d.p(),
+                                   d.p(), nullptr),
+            cudaErrorInvalidValue);
+}
+
 TEST(CudaOps, FusedSteps) {
   REQUIRE_CUDA();
   std::mt19937 rng(12);

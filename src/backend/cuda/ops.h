@@ -175,6 +175,13 @@ cudaError_t LaunchPrefillAttention(const float* q, int64_t m, int n_heads, const
 // renormalized to sum 1 × per_expert_scale. probs (may equal logits) receives the softmax.
 cudaError_t LaunchRouteTopK(const float* logits, float* probs, int64_t m, int num_experts, int k,
                             const float* per_expert_scale, int* idx, float* w, cudaStream_t s);
+// A chunk's expert plan on the GPU (ops_expert_plan.cu) from idx[m·k] (the router's choices):
+// the pairs grouped by expert in pair order, gather[row] = token, row_of[t·k + j] = row, and per
+// expert e (all of them, empty ones too) its first row row0[e] and count rows[e] — the host
+// plan's layout without the compaction to used experts. At most kMaxPlanExperts experts.
+constexpr int kMaxPlanExperts = 256;
+cudaError_t LaunchExpertPlan(const int* idx, int64_t m, int k, int num_experts, int* gather,
+                             int* row_of, int* row0, int* rows, cudaStream_t s);
 // out[t] = Σ_j w[t][j] · y[row(t, j)] summed in ascending expert index order, row(t, j) =
 // rows ? rows[t·k + j] : t·k + j.
 cudaError_t LaunchMoeCombine(const int* idx, const float* w, const int* rows, const float* y,
