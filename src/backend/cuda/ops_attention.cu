@@ -33,13 +33,20 @@ __device__ __forceinline__ int UsedSplits(const int64_t* pos0, int64_t t, int64_
   return static_cast<int>(used < splits ? used : splits);
 }
 
-// out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M) over the used splits of one (query, head)
-// (base: its partials), for dims d0, d0 + step, … < hd. Each split's (m_s, l_s) is read once,
-// by its own thread, into sm (3·used floats); the block's threads must all call it. Only the used
-// splits are read: a graph's split count covers the whole capacity, and at decode most are empty
+// out = Σ_s acc_s·e^(m_s − M) / Σ_s l_s·e^(m_s − M) over the used splits of one (query, head),
+// a block per (query·head, 128 dims): each split's (m_s, l_s) read once, by its own thread, into
+// shared memory, then one dim per thread with the splits' loads unrolled. Only the used splits
+// are read: a graph's split count covers the whole capacity, and at decode most are empty
 // (reading all 64 of a full layer's in three serial passes cost ~7% of a decode step).
-__device__ __forceinline__ void MergeHead(const float* base, int hd, int used, int d0, int step,
-                                          float* sm, float* out) {
+constexpr int kMergeThreads = 128;
+
+__global__ void MergeSplitsKernel(const float* partial, int n_heads, int hd, int splits,
+                                  const int64_t* pos0, int64_t window, float* out) {
+  PdlEnter();
+  extern __shared__ float sm[];   // [splits] m_s, [splits] l_s, [splits] e^(m_s − M)
+  const int64_t qh = blockIdx.x;  // t·n_heads + h
+  const int used = UsedSplits(pos0, qh / n_heads, window, splits);
+  const float* base = partial + qh * splits * (hd + 2);
   const int stride = hd + 2;
   float *ms = sm, *ls = sm + used, *ws = sm + 2 * used;
   for (int s = threadIdx.x; s < used; s += blockDim.x) {
@@ -53,25 +60,12 @@ __device__ __forceinline__ void MergeHead(const float* base, int hd, int used, i
   __syncthreads();
   float l = 0.0f;
   for (int s = 0; s < used; ++s) l += ls[s] * ws[s];
-  for (int d = d0; d < hd; d += step) {
-    float a = 0.0f;
+  const int d = blockIdx.y * blockDim.x + threadIdx.x;
+  if (d >= hd) return;
+  float a = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < used; ++s) a += base[s * stride + d] * ws[s];
-    out[d] = a / l;
-  }
-}
-
-// A block per (query·head, 128 dims).
-constexpr int kMergeThreads = 128;
-
-__global__ void MergeSplitsKernel(const float* partial, int n_heads, int hd, int splits,
-                                  const int64_t* pos0, int64_t window, float* out) {
-  PdlEnter();
-  extern __shared__ float sm[];
-  const int64_t qh = blockIdx.x;  // t·n_heads + h
-  const int used = UsedSplits(pos0, qh / n_heads, window, splits);
-  MergeHead(partial + qh * splits * (hd + 2), hd, used, blockIdx.y * blockDim.x + threadIdx.x, hd,
-            sm, out + qh * hd);
+  for (int s = 0; s < used; ++s) a += base[s * stride + d] * ws[s];
+  out[qh * hd + d] = a / l;
 }
 
 __global__ void AttendSplitKernel(const float* q, int n_heads, const float* kc, const float* vc,
@@ -183,7 +177,6 @@ template <int kPer>
 __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* kc, const float* vc,
                                      int n_kv, int hd, int64_t capacity, const int64_t* pos0,
                                      int64_t window, float scale, int splits, float* partial) {
-  constexpr int kKeys = 4, kVBatch = 8;  // K rows a warp loads at once, V rows a thread
   PdlEnter();
   __shared__ __align__(16) float red[kMaxHeadDim * 4];  // V partials of the G key groups
   __shared__ float ps[kTile];
@@ -223,22 +216,22 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
   for (int64_t k0 = begin; k0 < end; k0 += kTile) {
     const int n = static_cast<int>(end - k0 < kTile ? end - k0 : kTile);
     const int64_t s0 = k0 % capacity;
-    // Scores: warp w takes keys w, w + 4, ..., kKeys at a time.
+    // Scores: warp w takes keys w, w + 4, ... in two halves of four.
 #pragma unroll
-    for (int half = 0; half < 8 / kKeys; ++half) {
-      float dot[kKeys];
-      float4 kv[kKeys][4];
+    for (int half = 0; half < 2; ++half) {
+      float dot[4];
+      float4 kv[4][4];
 #pragma unroll
-      for (int jj = 0; jj < kKeys; ++jj) {
-        const int j = warp + 4 * (half * kKeys + jj);
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = warp + 4 * (half * 4 + jj);
         const int64_t slot = s0 + j >= capacity ? s0 + j - capacity : s0 + j;
 #pragma unroll
         for (int c = 0; c < 4; ++c)
           if (j < n && c < per) kv[jj][c] = kbase[slot * cols4 + lane + 32 * c];
       }
 #pragma unroll
-      for (int jj = 0; jj < kKeys; ++jj) {
-        const int j = warp + 4 * (half * kKeys + jj);
+      for (int jj = 0; jj < 4; ++jj) {
+        const int j = warp + 4 * (half * 4 + jj);
         float d = 0.0f;
 #pragma unroll
         for (int c = 0; c < 4; ++c)
@@ -249,8 +242,8 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
       }
       if (lane == 0) {
 #pragma unroll
-        for (int jj = 0; jj < kKeys; ++jj) {
-          const int j = warp + 4 * (half * kKeys + jj);
+        for (int jj = 0; jj < 4; ++jj) {
+          const int j = warp + 4 * (half * 4 + jj);
           ps[j] = j < n ? scale * dot[jj] : -INFINITY;
         }
       }
@@ -274,17 +267,17 @@ __global__ void AttendSplitVecKernel(const float* q, int n_heads, const float* k
     acc.x *= alpha, acc.y *= alpha, acc.z *= alpha, acc.w *= alpha;
     // V: this thread's column for keys my_group, my_group + groups, ... (loads first).
 #pragma unroll
-    for (int j0 = 0; j0 < kTile; j0 += kVBatch) {
+    for (int j0 = 0; j0 < kTile; j0 += 8) {
       if (groups * j0 >= kTile) break;
-      float4 vv[kVBatch];
+      float4 vv[8];
 #pragma unroll
-      for (int u = 0; u < kVBatch; ++u) {
+      for (int u = 0; u < 8; ++u) {
         const int j = my_group + groups * (j0 + u);
         const int64_t slot = s0 + j >= capacity ? s0 + j - capacity : s0 + j;
         if (j < n) vv[u] = vbase[slot * cols4 + my_col];
       }
 #pragma unroll
-      for (int u = 0; u < kVBatch; ++u) {
+      for (int u = 0; u < 8; ++u) {
         const int j = my_group + groups * (j0 + u);
         if (j < n) {
           const float w = ps[j];
