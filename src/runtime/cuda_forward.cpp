@@ -722,8 +722,8 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
   cudaStream_t s = S(stream_);
   if (GpuPlan()) {
     // Every expert resident: the plan is made on the GPU (no read-back, no sync) over all E
-    // experts, from the resident table; an expert no token chose launches blocks that return at
-    // once, and any expert may have up to m rows.
+    // experts, from the resident table; any expert may have up to m rows, and the m·k rows in
+    // all bound the grid of the kernels that take a tile list.
     int* d_plan = plan_ + static_cast<size_t>(li) * plan_ints_;
     int* d_gather = d_plan;
     int* d_row_of = d_plan + m * k;
@@ -735,15 +735,15 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
     const int max_rows = static_cast<int>(m);
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* x2, SplitX(a2_, m, c_.hidden_size));
     RW_K(cuda::LaunchExpertMatMul(L.experts, 0, table, E, d_row0, d_rows, max_rows, d_gather, a2_,
-                                  ex_g_, s, x2),
+                                  ex_g_, s, x2, m * k),
          "expert gate");
     RW_K(cuda::LaunchExpertMatMul(L.experts, 1, table, E, d_row0, d_rows, max_rows, d_gather, a2_,
-                                  ex_u_, s, x2),
+                                  ex_u_, s, x2, m * k),
          "expert up");
     RW_K(cuda::LaunchGeglu(ex_g_, ex_u_, m * k * I, s), "expert geglu");
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xh, SplitX(ex_g_, m * k, I));
     RW_K(cuda::LaunchExpertMatMul(L.experts, 2, table, E, d_row0, d_rows, max_rows, nullptr, ex_g_,
-                                  ex_y_, s, xh),
+                                  ex_y_, s, xh, m * k),
          "expert down");
     rows_of_ = d_row_of;
     return Status::Ok();

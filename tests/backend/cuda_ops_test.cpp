@@ -365,6 +365,64 @@ TEST(CudaOps, AffineMatMulPlanes) {
             cudaErrorNotSupported);
 }
 
+// The warpgroup-MMA matmul (compute capability 9.0 only) on the same cases, each token tile, and
+// on weights whose groups' scales span ~50 binades with zeros among them: the scaled codes of the
+// smallest groups turn subnormal in fp16, which must cost nothing measurable.
+TEST(CudaOps, AffineMatMulWgmma) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(35);
+  auto run = [](const cuda::DevMat& w, const Dev<float>& dx, int64_t m, int64_t k,
+                cudaError_t* status) {
+    Dev<uint8_t> scratch(cuda::SplitXBytes(m, k));
+    cuda::XPlanes xp;
+    EXPECT_EQ(
+        cuda::LaunchSplitX(dx.p(), m, k, scratch.p(), cuda::SplitXBytes(m, k), &xp, nullptr, 2),
+        cudaSuccess);
+    Dev<float> dy(std::vector<float>(m * w.rows, std::nanf("")));
+    *status = cuda::LaunchAffineMatMulWgmma(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, xp,
+                                            dy.p(), nullptr);
+    return dy.Get();
+  };
+  {
+    HostWeight h = RandomWeight(WeightType::kAffine, 64, 128, 4, 64, rng);
+    auto dw = cuda::DeviceWeight::Upload(h.view);
+    ASSERT_TRUE(dw.ok());
+    Dev<float> dx(Randn(16 * 128, rng));
+    cudaError_t st = cudaSuccess;
+    run(ToDevMat(dw->view()), dx, 16, 128, &st);
+    if (st == cudaErrorNotSupported)
+      GTEST_SKIP() << "the warpgroup MMA needs compute capability 9.0";
+    ASSERT_EQ(st, cudaSuccess);
+  }
+  const double worst = SweepAffineMatMul(
+      rng, [&run](const cuda::DevMat& w, const Dev<float>& dx, int64_t m, int64_t k) {
+        cudaError_t st = cudaSuccess;
+        std::vector<float> y = run(w, dx, m, k, &st);
+        EXPECT_EQ(st, cudaSuccess);
+        return y;
+      });
+  std::printf("wgmma matmul: worst relative error %.3g\n", worst);
+  for (const int bits : {4, 8}) {
+    HostWeight h = RandomWeight(WeightType::kAffine, 150, 1024, bits, 64, rng);
+    for (size_t i = 0; i < h.scales.size(); ++i) {
+      const float s = Bf16ToF32(h.scales[i]) * std::ldexp(1.0f, -static_cast<int>(i * 7 % 50));
+      h.scales[i] = i % 13 == 5 ? 0 : F32ToBf16(s);
+    }
+    auto dw = cuda::DeviceWeight::Upload(h.view);
+    ASSERT_TRUE(dw.ok());
+    const int64_t m = 70;
+    const std::vector<float> x = Randn(m * 1024, rng);
+    std::vector<float> want(m * 150);
+    cpu::ref::MatMul(h.view, x.data(), m, want.data());
+    Dev<float> dx(x);
+    cudaError_t st = cudaSuccess;
+    const double err = RelErr(run(ToDevMat(dw->view()), dx, m, 1024, &st), want);
+    EXPECT_EQ(st, cudaSuccess);
+    EXPECT_LT(err, 1.5e-5) << bits << "-bit, scales over 50 binades";
+    std::printf("wgmma matmul, %d-bit, scales over 50 binades: relative error %.3g\n", bits, err);
+  }
+}
+
 TEST(CudaOps, MatVecMultiSharesTheInput) {
   REQUIRE_CUDA();
   std::mt19937 rng(21);
@@ -508,8 +566,11 @@ TEST(CudaOps, ExpertKernels) {
     std::vector<int> rows = {5, 1, 37}, row0 = {0, 5, 6}, gather(43);
     for (int r = 0; r < 43; ++r) gather[r] = (r * 7) % T;
     Dev<int> drows(rows), drow0(row0), dgather(gather);
-    for (bool split : {false, true}) {
-      SCOPED_TRACE(split ? "split" : "direct");
+    // (Split, the kernels may also size their grid by the 43 rows in all: a tile list.)
+    for (int variant : {0, 1, 2}) {
+      const bool split = variant > 0;
+      const int64_t total = variant == 2 ? 43 : 0;
+      SCOPED_TRACE(variant == 0 ? "direct" : variant == 1 ? "split" : "split, tile list");
       Dev<float> dxt(xt), dout(43 * I), ddown(43 * H);
       Dev<uint8_t> scratch(cuda::SplitXBytes(T, H) + cuda::SplitXBytes(43, I));
       cuda::XPlanes xp, hp;
@@ -520,16 +581,17 @@ TEST(CudaOps, ExpertKernels) {
       }
       ASSERT_EQ(
           cuda::LaunchExpertMatMul(b.mats, 1, dptrs.p(), n, drow0.p(), drows.p(), 37, dgather.p(),
-                                   dxt.p(), dout.p(), nullptr, split ? &xp : nullptr),
+                                   dxt.p(), dout.p(), nullptr, split ? &xp : nullptr, total),
           cudaSuccess);
       if (split) {
         ASSERT_EQ(cuda::LaunchSplitX(dout.p(), 43, I, scratch.p() + cuda::SplitXBytes(T, H),
                                      cuda::SplitXBytes(43, I), &hp, nullptr),
                   cudaSuccess);
       }
-      ASSERT_EQ(cuda::LaunchExpertMatMul(b.mats, 2, dptrs.p(), n, drow0.p(), drows.p(), 37, nullptr,
-                                         dout.p(), ddown.p(), nullptr, split ? &hp : nullptr),
-                cudaSuccess);
+      ASSERT_EQ(
+          cuda::LaunchExpertMatMul(b.mats, 2, dptrs.p(), n, drow0.p(), drows.p(), 37, nullptr,
+                                   dout.p(), ddown.p(), nullptr, split ? &hp : nullptr, total),
+          cudaSuccess);
       const std::vector<float> up = dout.Get(), down = ddown.Get();
       for (int grp = 0; grp < n; ++grp)
         for (int r = row0[grp]; r < row0[grp] + rows[grp]; ++r) {

@@ -36,4 +36,13 @@ cudaError_t LaunchAffineMatMulPlanes(const DevMat& w, const uint8_t* const* blob
                                      int64_t max_rows, const int* gather, const XPlanes& x,
                                      float* y, cudaStream_t s);
 
+// The same product on Hopper's warpgroup MMA (ops_matmul_wgmma.cu): x split into two fp16 parts,
+// a compute-capability-9.0 GPU and REDWING_CUDA_WGMMA not 0; else cudaErrorNotSupported (the
+// planes kernel then runs). total_rows (groups only; 0: unknown) is the sum of rowss: given,
+// the grid covers the groups' row tiles instead of max_rows for every group.
+cudaError_t LaunchAffineMatMulWgmma(const DevMat& w, const uint8_t* const* blobs, int groups,
+                                    const int* row0s, const int* rowss, int64_t dense_rows,
+                                    int64_t max_rows, const int* gather, const XPlanes& x, float* y,
+                                    cudaStream_t s, int64_t total_rows = 0);
+
 }  // namespace rw::cuda

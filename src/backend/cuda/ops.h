@@ -88,12 +88,13 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
 
 // Routed experts, prefill: group i (< groups) is expert blob blobs[i] applied to rows
 // [row0[i], row0[i] + rows[i]) of the grouped buffers; gather (may be null) maps a grouped row
-// to its row of x (the token). max_rows bounds rows[i] (grid size).
+// to its row of x (the token). max_rows bounds rows[i] (grid size); total_rows, when known
+// (else 0), is the sum of rows[i] and lets the kernel size its grid by it.
 // which: 0 gate, 1 up, 2 down.
 cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* const* blobs,
                                int groups, const int* row0, const int* rows, int max_rows,
                                const int* gather, const float* x, float* y, cudaStream_t s,
-                               const XPlanes* xp = nullptr);
+                               const XPlanes* xp = nullptr, int64_t total_rows = 0);
 
 // ---- Norms, activations, elementwise ----------------------------------------------------------
 

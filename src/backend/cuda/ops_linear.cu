@@ -856,8 +856,10 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
   if (cudaError_t e = CheckMat(w); e != cudaSuccess) return e;
   if (UseTensorCores() && m >= 16) {
     if (xp != nullptr && xp->rows >= m && UsePlanes()) {
-      const cudaError_t e =
-          LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s);
+      cudaError_t e =
+          LaunchAffineMatMulWgmma(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s);
+      if (e == cudaErrorNotSupported)
+        e = LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s);
       if (e != cudaErrorNotSupported) return e;
     }
     const cudaError_t e = UsePipelined() ? LaunchAffineMatMulTc(w, nullptr, 1, nullptr, nullptr, m,
@@ -927,14 +929,17 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
 cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* const* blobs,
                                int groups, const int* row0, const int* rows, int max_rows,
                                const int* gather, const float* x, float* y, cudaStream_t s,
-                               const XPlanes* xp) {
+                               const XPlanes* xp, int64_t total_rows) {
   if (groups <= 0 || max_rows <= 0) return cudaSuccess;
   const DevMat& w = which == 0 ? e.gate : which == 1 ? e.up : e.down;
   if (cudaError_t err = CheckMat(w); err != cudaSuccess) return err;
   if (UseTensorCores()) {
     if (xp != nullptr && UsePlanes()) {
-      const cudaError_t err =
-          LaunchAffineMatMulPlanes(w, blobs, groups, row0, rows, 0, max_rows, gather, *xp, y, s);
+      cudaError_t err = LaunchAffineMatMulWgmma(w, blobs, groups, row0, rows, 0, max_rows, gather,
+                                                *xp, y, s, total_rows);
+      if (err == cudaErrorNotSupported)
+        err =
+            LaunchAffineMatMulPlanes(w, blobs, groups, row0, rows, 0, max_rows, gather, *xp, y, s);
       if (err != cudaErrorNotSupported) return err;
     }
     const cudaError_t err = UsePipelined() ? LaunchAffineMatMulTc(w, blobs, groups, row0, rows, 0,
