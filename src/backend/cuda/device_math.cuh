@@ -17,15 +17,21 @@ __device__ __forceinline__ float Bf16Bits(uint16_t b) {
 // cp.async: 16 (4) bytes global → shared without passing through registers, zero-filled when
 // !ok; a thread's copies form a group at CpAsyncCommit, and CpAsyncWait<N> waits until at most
 // N of its groups are in flight (other threads' copies need a barrier after).
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0)
+// The *Shared forms take a shared-space address.
+__device__ __forceinline__ void CpAsync16Shared(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(ok ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(ok ? 4 : 0)
+__device__ __forceinline__ void CpAsync4Shared(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0)
                : "memory");
+}
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool ok) {
+  CpAsync16Shared(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), src, ok);
+}
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src, bool ok) {
+  CpAsync4Shared(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), src, ok);
 }
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;" ::: "memory");

@@ -80,16 +80,6 @@ __device__ __forceinline__ uint2 LdShared64(uint32_t a) {
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
   return v;
 }
-// cp.async to a shared-space address (CpAsync16/CpAsync4 take generic pointers).
-__device__ __forceinline__ void CpAsync16Shared(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(ok ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsync4Shared(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0)
-               : "memory");
-}
 // cp.async writes through the generic proxy; wgmma reads through the async one.
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
