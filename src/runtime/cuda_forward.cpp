@@ -272,6 +272,14 @@ Status CudaForwardPass::Linear(const cuda::DevMat& w, const float* x, int64_t m,
   return Status::Ok();
 }
 
+Status CudaForwardPass::LinearMulti(const cuda::DevMat* w, float* const* y, int n, const float* x,
+                                    int64_t m, const cuda::XPlanes* xp, const char* what) {
+  RW_CUDA_RETURN_IF_ERROR(cuda::LaunchMatMulMulti(w, y, n, x, m, S(stream_), xp), "{} on {} rows",
+                          what, m);
+  if (timing_) return Mark("matmul");
+  return Status::Ok();
+}
+
 uint64_t CudaForwardPass::SplitBytes(const ModelConfig& c, int64_t M) {
   // The widest input of a prefill matmul: the residual, the attention output, the dense MLP's
   // intermediate, or the experts' (token, choice) rows.
@@ -575,10 +583,11 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
     float* const y[3] = {q_, k_, v_};
     RW_K(cuda::LaunchMatVecMulti(w, y, g.k_eq_v ? 2 : 3, a_, s), "q/k/v");
   } else {
+    // Prefill: the projections stacked in one launch where the kernel allows.
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xp, SplitX(a_, m, H));
-    RW_RETURN_IF_ERROR(Linear(L.q, a_, m, q_, xp));
-    RW_RETURN_IF_ERROR(Linear(L.k, a_, m, k_, xp));
-    if (!g.k_eq_v) RW_RETURN_IF_ERROR(Linear(L.v, a_, m, v_, xp));
+    const cuda::DevMat w[3] = {L.q, L.k, L.v};
+    float* const y[3] = {q_, k_, v_};
+    RW_RETURN_IF_ERROR(LinearMulti(w, y, g.k_eq_v ? 2 : 3, a_, m, xp, "q/k/v"));
   }
   if (g.k_eq_v) {
     RW_K(
@@ -619,8 +628,9 @@ Status CudaForwardPass::DenseMlp(int li, int64_t m) {
     RW_K(cuda::LaunchGateUpGeglu(L.gate, L.up, a_, g_, s), "gate/up");
   } else {
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xp, SplitX(a_, m, c_.hidden_size));
-    RW_RETURN_IF_ERROR(Linear(L.gate, a_, m, g_, xp));
-    RW_RETURN_IF_ERROR(Linear(L.up, a_, m, u_, xp));
+    const cuda::DevMat w[2] = {L.gate, L.up};
+    float* const y[2] = {g_, u_};
+    RW_RETURN_IF_ERROR(LinearMulti(w, y, 2, a_, m, xp, "gate/up"));
     RW_K(cuda::LaunchGeglu(g_, u_, m * I, s), "geglu");
   }
   RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xd, SplitX(g_, m, I));

@@ -131,6 +131,9 @@ class CudaForwardPass {
   // xp: x split by SplitX for the affine prefill matmuls (null: the kernel reads x itself).
   Status Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y,
                 const cuda::XPlanes* xp = nullptr);
+  // Prefill: y[i] = x·w[i]ᵀ for i < n (matrices with the same input), stacked in one launch.
+  Status LinearMulti(const cuda::DevMat* w, float* const* y, int n, const float* x, int64_t m,
+                     const cuda::XPlanes* xp, const char* what);
   // Prefill: splits x[m][cols] once for the matmuls that read it next; returns the planes, or
   // null where the split does not apply (decode, short chunks, odd widths). The planes are
   // planes_: valid until the next SplitX.

@@ -452,6 +452,46 @@ TEST(CudaOps, MatVecMultiSharesTheInput) {
   }
 }
 
+TEST(CudaOps, MatMulMultiStacksTheRows) {
+  // Several matrices over one input in one launch (q/k/v, gate/up): row counts that split a
+  // block and a warpgroup between matrices, 4- and 8-bit, a ragged K and an odd token count.
+  REQUIRE_CUDA();
+  std::mt19937 rng(36);
+  for (const int bits : {4, 8})
+    for (const int64_t K : {576, 2816, 96}) {
+      const int group = K % 64 == 0 ? 64 : 32;
+      std::vector<HostWeight> hw;
+      for (const int64_t rows : {136, 72, 9})
+        hw.push_back(RandomWeight(WeightType::kAffine, rows, K, bits, group, rng));
+      std::vector<cuda::DeviceWeight> dws;
+      for (const HostWeight& h : hw) {
+        auto d = cuda::DeviceWeight::Upload(h.view);
+        ASSERT_TRUE(d.ok());
+        dws.push_back(std::move(*d));
+      }
+      const int64_t m = 45;
+      const std::vector<float> x = Randn(m * K, rng);
+      Dev<float> dx(x);
+      Dev<uint8_t> scratch(cuda::SplitXBytes(m, K));
+      cuda::XPlanes xp;
+      ASSERT_EQ(
+          cuda::LaunchSplitX(dx.p(), m, K, scratch.p(), cuda::SplitXBytes(m, K), &xp, nullptr, 2),
+          cudaSuccess);
+      const cuda::DevMat w[3] = {ToDevMat(dws[0].view()), ToDevMat(dws[1].view()),
+                                 ToDevMat(dws[2].view())};
+      std::vector<Dev<float>> ys;
+      for (const HostWeight& h : hw)
+        ys.emplace_back(std::vector<float>(m * h.view.rows, std::nanf("")));
+      float* const y[3] = {ys[0].p(), ys[1].p(), ys[2].p()};
+      ASSERT_EQ(cuda::LaunchMatMulMulti(w, y, 3, dx.p(), m, nullptr, &xp), cudaSuccess);
+      for (int i = 0; i < 3; ++i) {
+        std::vector<float> want(m * hw[i].view.rows);
+        cpu::ref::MatMul(hw[i].view, x.data(), m, want.data());
+        EXPECT_LT(RelErr(ys[i].Get(), want), 1.5e-5) << bits << "-bit, K " << K << ", matrix " << i;
+      }
+    }
+}
+
 // Three experts' blobs back to back, gate/up [I, H] and down [H, I] at 256-byte aligned offsets.
 struct Blobs {
   std::vector<uint8_t> bytes;

@@ -23,6 +23,11 @@ __device__ __forceinline__ void CpAsync16Shared(uint32_t dst, const void* src, b
                "r"(ok ? 16 : 0)
                : "memory");
 }
+// size bytes of 16 copied, the rest zero-filled (0: all zeros, src unread but a valid address).
+__device__ __forceinline__ void CpAsync16Sized(uint32_t dst, const void* src, uint32_t size) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(size)
+               : "memory");
+}
 __device__ __forceinline__ void CpAsync4Shared(uint32_t dst, const void* src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0)
                : "memory");

@@ -73,6 +73,11 @@ cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scrat
 // is x split by LaunchSplitX (at least m rows): affine weights then take the planes kernel.
 cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s,
                          const XPlanes* xp = nullptr);
+// y[i] = X·w[i]ᵀ for i < n (1..3 matrices with the same input, e.g. q/k/v or gate/up): one
+// launch over their rows stacked where the kernel allows it (REDWING_CUDA_STACK=0: never), else
+// LaunchMatMul for each.
+cudaError_t LaunchMatMulMulti(const DevMat* w, float* const* y, int n, const float* x, int64_t m,
+                              cudaStream_t s, const XPlanes* xp = nullptr);
 
 // The dense MLP's first half (decode): h = gelu_tanh(gate·x) ⊙ (up·x).
 cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float* x, float* h,

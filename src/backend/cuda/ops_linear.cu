@@ -877,6 +877,23 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
   return cudaGetLastError();
 }
 
+cudaError_t LaunchMatMulMulti(const DevMat* w, float* const* y, int n, const float* x, int64_t m,
+                              cudaStream_t s, const XPlanes* xp) {
+  if (n < 1 || n > 3) return cudaErrorInvalidValue;
+  static const bool stack = [] {
+    const char* e = std::getenv("REDWING_CUDA_STACK");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  if (n > 1 && stack && m >= 16 && xp != nullptr && xp->rows >= m && UseTensorCores() &&
+      UsePlanes()) {
+    const cudaError_t e = LaunchAffineMatMulWgmmaStack(w, y, n, m, *xp, s);
+    if (e != cudaErrorNotSupported) return e;
+  }
+  for (int i = 0; i < n; ++i)
+    if (cudaError_t e = LaunchMatMul(w[i], x, m, y[i], s, xp); e != cudaSuccess) return e;
+  return cudaSuccess;
+}
+
 cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float* x, float* h,
                               cudaStream_t s) {
   if (gate.rows <= 0) return cudaSuccess;

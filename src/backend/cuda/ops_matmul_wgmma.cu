@@ -21,8 +21,8 @@
 // fragment to scale: two MMAs per k16 for 4-bit weights (x's hi and lo), four for 8-bit. Groups
 // whose scale is 2^14 below the row's largest turn subnormal in fp16 and round, but their
 // products are then below 2^-24 of the row's largest ones. The bias term Σ_g b'_g·Σx_g (b' the
-// centered bias, mma_bf16.cuh) is added in fp32 while the MMAs run, from the planes' 32-column
-// sums; the result is scaled by 2^-t per weight row and by the row factor 2^-s of x.
+// centered bias, mma_bf16.cuh) runs on the tensor cores after the main loop, from the planes'
+// 32-column sums; the result is scaled by 2^-t per weight row and by the row factor 2^-s of x.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -41,15 +41,48 @@ constexpr int kBlockRows = 128;  // weight rows per block: two warpgroups of 64
 constexpr int kThreads = 256;
 
 // One stage: the hi and lo x planes [kTN][128 bytes] (16-byte chunk c of row r at c ^ (r & 7),
-// the 128-byte swizzle), the codes [128 rows][8·bits bytes] (chunk c of row n at c ^ Swz(n)),
-// the step's 32-column sums [kTN][2]; 1024-byte aligned (the swizzle's period).
+// the 128-byte swizzle), the codes [128 rows][8·bits bytes] (chunk c of row n at c ^ Swz(n));
+// 1024-byte aligned (the swizzle's period).
 template <int kTN, int kBits>
 struct WgStage {
   static constexpr int kPlane = kTN * 128;
   static constexpr int kRowBytes = 8 * kBits;
-  static constexpr int kCodes = 2 * kPlane, kSums = kCodes + kBlockRows * kRowBytes;
-  static constexpr int kBytes = (kSums + kTN * 8 + 1023) / 1024 * 1024;
+  static constexpr int kCodes = 2 * kPlane;
+  static constexpr int kBytes = (kCodes + kBlockRows * kRowBytes + 1023) / 1024 * 1024;
 };
+
+// Up to three dense matrices with the same K, bits and group, stacked by rows: one launch covers
+// them all (q/k/v, gate/up), so the grid fills the GPU where each alone would leave SMs idle.
+// An expert launch has one, its offsets resolved per group against the expert's blob.
+struct WgStack {
+  DevMat w[3];
+  float* y[3];
+  int n = 1;
+  int rows = 0;  // the stacked rows, Σ w[i].rows
+};
+
+// Where stacked row r lives: its matrix's codes, scales and biases row and its output column.
+struct StackRow {
+  const uint8_t* codes = nullptr;
+  const uint16_t *scales = nullptr, *biases = nullptr;
+  float* y = nullptr;  // output column (y + local row); the row stride is ld
+  int64_t ld = 0;
+  bool ok = false;
+};
+__device__ __forceinline__ StackRow RowOf(const WgStack& st, const DevMat& w0, int r, int gpr) {
+  StackRow s;
+  if (r >= st.rows) return s;
+  int i = 0;
+  while (i + 1 < st.n && r >= st.w[i].rows) r -= static_cast<int>(st.w[i].rows), ++i;
+  const DevMat& w = i == 0 ? w0 : st.w[i];
+  s.codes = static_cast<const uint8_t*>(w.data) + static_cast<int64_t>(r) * (w.cols * w.bits / 8);
+  s.scales = w.scales + static_cast<int64_t>(r) * gpr;
+  s.biases = w.biases + static_cast<int64_t>(r) * gpr;
+  s.y = st.y[i] + r;
+  s.ld = w.rows;
+  s.ok = true;
+  return s;
+}
 
 template <int kBits>
 __device__ __forceinline__ int CodeSwz(int n) {
@@ -195,9 +228,10 @@ __device__ __forceinline__ RowScale<kBits> MakeRowScale(float s) {
 // over x as two fp16 planes (plane_rows rows each), their 32-column sums and row factors.
 template <int kTN, int kBits, int kStages, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    WgmmaMatMulKernel(DevMat w, const uint8_t* const* blobs, const int* row0s, const int* rowss,
-                      int dense_rows, int tile_groups, const int* gather, const uint16_t* planes,
-                      int plane_rows, const float* sums, const float* row_down, float* y) {
+    WgmmaMatMulKernel(const WgStack st, const uint8_t* const* blobs, const int* row0s,
+                      const int* rowss, int dense_rows, int tile_groups, const int* gather,
+                      const uint16_t* planes, int plane_rows, const float* sums,
+                      const float* row_down) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   PdlEnter();
   using L = WgStage<kTN, kBits>;
@@ -248,77 +282,69 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     grp = s_tile[0], m0 = s_tile[1];
     if (grp < 0) return;
   }
-  if (blobs != nullptr) w = Resolve(w, blobs[grp]);
+  const DevMat w = blobs != nullptr ? Resolve(st.w[0], blobs[grp]) : st.w[0];
   const int row0 = row0s != nullptr ? row0s[grp] : 0;
   const int rows = rowss != nullptr ? rowss[grp] : dense_rows;
   if (m0 >= rows) return;
   const int n0 = blockIdx.x * kBlockRows;
-  const int K = static_cast<int>(w.cols), N = static_cast<int>(w.rows);
+  const int K = static_cast<int>(w.cols);
   const int gid = lane >> 2, tig = lane & 3;
   const int group = w.group, gpr = K / group, sums_per_row = K / 32;
   const int64_t plane = static_cast<int64_t>(plane_rows) * K;
   const int nk = (K + kBK - 1) / kBK;
 
-  // What a step copies, as pointers at k0 = 0 and shared offsets within a stage (the per-step
-  // work is then an add per copy). x: [part][token][chunk], the same kXRows (token, chunk)
-  // pairs in both parts, null past the group's rows.
+  // What a step copies, as sources at k0 = 0 (a valid address with size 0, which zero-fills,
+  // past the group's rows) and shared offsets within a stage: the per-step work is an add per
+  // copy. x: [part][token][chunk], the same kXRows (token, chunk) pairs in both parts. Only a K
+  // that is not a multiple of the step needs the column check.
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const bool ragged = K % kBK != 0;
   const uint16_t* xsrc[kXRows];
-  uint32_t xdst[kXRows];
+  uint32_t xdst[kXRows], xsize[kXRows];
   int xcol[kXRows];
 #pragma unroll
   for (int i = 0; i < kXRows; ++i) {
     const int u = tid + i * kThreads, r = (u / 8) % kTN, c = u % 8;
     const int gr = row0 + m0 + r;
-    xsrc[i] = m0 + r < rows
-                  ? planes + static_cast<int64_t>(gather != nullptr ? gather[gr] : gr) * K + c * 8
-                  : nullptr;
+    const bool live = m0 + r < rows;
+    xsrc[i] =
+        planes + (live ? static_cast<int64_t>(gather != nullptr ? gather[gr] : gr) * K + c * 8 : 0);
+    xsize[i] = live ? 16 : 0;
     xdst[i] = r * 128 + ((c ^ (r & 7)) << 4);
     xcol[i] = c * 8;
   }
   const uint8_t* wsrc[kWCopies];
-  uint32_t wdst[kWCopies];
+  uint32_t wdst[kWCopies], wsize[kWCopies];
   int wcol[kWCopies];
 #pragma unroll
   for (int i = 0; i < kWCopies; ++i) {
     const int u = tid + i * kThreads, n = u / kChunks, c = u % kChunks;
-    wsrc[i] = n0 + n < N ? static_cast<const uint8_t*>(w.data) +
-                               static_cast<int64_t>(n0 + n) * (K * kBits / 8) + c * 16
-                         : nullptr;
+    const StackRow sr = RowOf(st, w, n0 + n, gpr);
+    wsrc[i] = sr.ok ? sr.codes + c * 16 : static_cast<const uint8_t*>(w.data);
+    wsize[i] = sr.ok ? 16 : 0;
     wdst[i] = L::kCodes + n * L::kRowBytes + ((c ^ CodeSwz<kBits>(n)) << 4);
     wcol[i] = c * (128 / kBits);
   }
-  const float* ssrc = nullptr;  // its x sum: entry tid of [token][half]
-  if (tid < 2 * kTN && m0 + (tid >> 1) < rows) {
-    const int gr = row0 + m0 + (tid >> 1);
-    ssrc =
-        sums + static_cast<int64_t>(gather != nullptr ? gather[gr] : gr) * sums_per_row + (tid & 1);
-  }
-  auto issue = [&](int st, int k0) {
-    const uint32_t base = sbase + st * L::kBytes;
+  auto issue = [&](int stage, int k0) {
+    const uint32_t base = sbase + stage * L::kBytes;
 #pragma unroll
     for (int i = 0; i < kXCopies; ++i) {
       const int j = i % kXRows, q = i / kXRows;
-      const bool ok = xsrc[j] != nullptr && k0 + xcol[j] < K;
-      CpAsync16Shared(base + q * L::kPlane + xdst[j],
-                      ok ? static_cast<const void*>(xsrc[j] + q * plane + k0) : planes, ok);
+      const uint32_t size = ragged && k0 + xcol[j] >= K ? 0 : xsize[j];
+      CpAsync16Sized(base + q * L::kPlane + xdst[j], xsrc[j] + q * plane + k0, size);
     }
 #pragma unroll
     for (int i = 0; i < kWCopies; ++i) {
-      const bool ok = wsrc[i] != nullptr && k0 + wcol[i] < K;
-      CpAsync16Shared(base + wdst[i],
-                      ok ? static_cast<const void*>(wsrc[i] + k0 * kBits / 8) : sums, ok);
-    }
-    if (tid < 2 * kTN) {
-      const bool ok = ssrc != nullptr && k0 + 32 * (tid & 1) < K;
-      CpAsync4Shared(base + L::kSums + tid * 4, ok ? ssrc + (k0 >> 5) : sums, ok);
+      const uint32_t size = ragged && k0 + wcol[i] >= K ? 0 : wsize[i];
+      CpAsync16Sized(base + wdst[i], wsrc[i] + k0 * kBits / 8, size);
     }
   };
 
   // This thread's two weight rows (fragment rows gid and gid + 8 of its warp's 16).
   const int nl = 64 * (warp >> 2) + 16 * (warp & 3) + gid;  // local row of the lower
-  const int rlo = n0 + nl, rhi = rlo + 8;
-  const bool lo_ok = rlo < N, hi_ok = rhi < N;
+  // (Looked up again after the main loop rather than kept in registers through it.)
+  StackRow row_lo = RowOf(st, w, n0 + nl, gpr), row_hi = RowOf(st, w, n0 + nl + 8, gpr);
+  const bool lo_ok = row_lo.ok, hi_ok = row_hi.ok;
   // Where its codes sit in a stage: [row][half].
   uint32_t coff[2][2];
 #pragma unroll
@@ -340,16 +366,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     float blo = 0.0f, bhi = 0.0f;
     for (int g = tig; g < gpr; g += 4) {
       if (lo_ok) {
-        const uint16_t sb = w.scales[rlo * gpr + g];
+        const uint16_t sb = row_lo.scales[g];
         mlo = max(mlo, static_cast<uint32_t>(sb & 0x7FFFu));
-        blo =
-            fmaxf(blo, fabsf(CenteredBias(Bf16Bits(w.biases[rlo * gpr + g]), Bf16Bits(sb), kBits)));
+        blo = fmaxf(blo, fabsf(CenteredBias(Bf16Bits(row_lo.biases[g]), Bf16Bits(sb), kBits)));
       }
       if (hi_ok) {
-        const uint16_t sb = w.scales[rhi * gpr + g];
+        const uint16_t sb = row_hi.scales[g];
         mhi = max(mhi, static_cast<uint32_t>(sb & 0x7FFFu));
-        bhi =
-            fmaxf(bhi, fabsf(CenteredBias(Bf16Bits(w.biases[rhi * gpr + g]), Bf16Bits(sb), kBits)));
+        bhi = fmaxf(bhi, fabsf(CenteredBias(Bf16Bits(row_hi.biases[g]), Bf16Bits(sb), kBits)));
       }
     }
 #pragma unroll
@@ -375,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float sv[2][2];
   // (Groups of a power-of-two size take a shift, not a division.)
   const bool pow2 = (group & (group - 1)) == 0;
-  const uint16_t* const srow[2] = {w.scales + (lo_ok ? rlo : 0) * gpr,
-                                   w.scales + (hi_ok ? rhi : 0) * gpr};
+  const uint16_t* const srow[2] = {lo_ok ? row_lo.scales : w.scales,
+                                   hi_ok ? row_hi.scales : w.scales};
   auto load_sb = [&](int k0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -463,6 +487,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (kt + 1 < nk) step(kt + 1, a1);
   }
   WgmmaWait<0>();
+  row_lo = RowOf(st, w, n0 + nl, gpr), row_hi = RowOf(st, w, n0 + nl + 8, gpr);
 
   // The bias term Σ_g b'_g·S_g (S_g the group's sum of x') on the tensor cores, into the same
   // accumulators: k16 steps of 4 groups, slot k holding group 4j + (k & 7) / 2 with
@@ -510,12 +535,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const int g = 4 * (4 * c + j4) + tig;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int n = r ? rhi : rlo;
+        const StackRow& sr = r ? row_hi : row_lo;
         float b = 0.0f;
-        if (g < gpr && n < N)
-          b = CenteredBias(Bf16Bits(w.biases[n * gpr + g]), Bf16Bits(w.scales[n * gpr + g]),
-                           kBits) *
-              bup[r];
+        if (g < gpr && sr.ok)
+          b = CenteredBias(Bf16Bits(sr.biases[g]), Bf16Bits(sr.scales[g]), kBits) * bup[r];
         const __half hi = __float2half_rn(b);
         ab[j4][r] = Half2Bits(__halves2half2(hi, hi));
         const __half lo = __float2half_rn(b - __half2float(hi));
@@ -542,8 +565,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const float down = row_down[gather != nullptr ? gather[gr] : gr];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int n = hr ? rhi : rlo;
-        if (n < N) y[static_cast<int64_t>(gr) * N + n] = acc[4 * j + 2 * hr + e] * dn[hr] * down;
+        const StackRow& sr = hr ? row_hi : row_lo;
+        if (sr.ok) sr.y[static_cast<int64_t>(gr) * sr.ld] = acc[4 * j + 2 * hr + e] * dn[hr] * down;
       }
     }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -551,14 +574,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // What a launch multiplies (the arguments of LaunchAffineMatMulWgmma).
 struct Product {
-  const DevMat& w;
+  const WgStack& st;
   const uint8_t* const* blobs;
   int groups;
   const int *row0s, *rowss;
   int64_t dense_rows, max_rows, total_rows;
   const int* gather;
   const XPlanes& x;
-  float* y;
 };
 
 template <int kTN, int kBits, int kStages, int kMinBlocks>
@@ -572,11 +594,11 @@ cudaError_t LaunchTile(const Product& p, cudaStream_t s) {
   const int64_t per_group = Blocks(p.max_rows, kTN);
   const int64_t listed = p.total_rows > 0 ? Blocks(p.total_rows, kTN) + p.groups : 0;
   const bool list = p.blobs != nullptr && listed > 0 && listed < p.groups * per_group;
-  const dim3 grid(Blocks(p.w.rows, kBlockRows), static_cast<unsigned>(list ? listed : per_group),
+  const dim3 grid(Blocks(p.st.rows, kBlockRows), static_cast<unsigned>(list ? listed : per_group),
                   list ? 1u : static_cast<unsigned>(p.groups));
-  LaunchKernel(kernel, grid, kThreads, kBytes, s, p.w, p.blobs, p.row0s, p.rowss,
+  LaunchKernel(kernel, grid, kThreads, kBytes, s, p.st, p.blobs, p.row0s, p.rowss,
                static_cast<int>(p.dense_rows), list ? p.groups : 0, p.gather, p.x.planes,
-               static_cast<int>(p.x.rows), p.x.sums, p.x.row_down, p.y);
+               static_cast<int>(p.x.rows), p.x.sums, p.x.row_down);
   return cudaGetLastError();
 }
 
@@ -586,8 +608,8 @@ cudaError_t LaunchTileBits(const Product& p, cudaStream_t s) {
   // with less L1 for the decode kernels that follow (measured: decode 360 → 330 tok/s after a
   // prefill with 169 KB blocks), so 8-bit 128-token tiles keep 3 stages.
   constexpr int kStages8 = kTN == 128 ? 3 : 4;
-  return p.w.bits == 4 ? LaunchTile<kTN, 4, 4, kMinBlocks4>(p, s)
-                       : LaunchTile<kTN, 8, kStages8, kMinBlocks8>(p, s);
+  return p.st.w[0].bits == 4 ? LaunchTile<kTN, 4, 4, kMinBlocks4>(p, s)
+                             : LaunchTile<kTN, 8, kStages8, kMinBlocks8>(p, s);
 }
 
 struct WgmmaConfig {
@@ -637,22 +659,18 @@ int DenseTile(int64_t n, int64_t m, int bits, int sms) {
   return best;
 }
 
-}  // namespace
+bool Supported(const DevMat& w, const XPlanes& x) {
+  return Config().on && w.type == DevMat::kAffine && (w.bits == 4 || w.bits == 8) &&
+         (w.group == 32 || w.group % 64 == 0) && w.cols % w.group == 0 && w.cols == x.cols &&
+         x.parts == 2 && x.planes != nullptr && x.row_down != nullptr &&
+         (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0 && w.rows * w.cols < (int64_t{1} << 31);
+}
 
-cudaError_t LaunchAffineMatMulWgmma(const DevMat& w, const uint8_t* const* blobs, int groups,
-                                    const int* row0s, const int* rowss, int64_t dense_rows,
-                                    int64_t max_rows, const int* gather, const XPlanes& x, float* y,
-                                    cudaStream_t s, int64_t total_rows) {
+cudaError_t Launch(const Product& p, cudaStream_t s) {
   const WgmmaConfig& c = Config();
-  if (!c.on || w.type != DevMat::kAffine || (w.bits != 4 && w.bits != 8) ||
-      (w.group != 32 && w.group % 64 != 0) || w.cols % w.group != 0 || w.cols != x.cols ||
-      x.parts != 2 || x.planes == nullptr || x.row_down == nullptr ||
-      (reinterpret_cast<uintptr_t>(w.data) & 15u) != 0 || w.rows * w.cols >= (int64_t{1} << 31))
-    return cudaErrorNotSupported;
-  const Product p{w, blobs, groups, row0s, rowss, dense_rows, max_rows, total_rows, gather, x, y};
-  const int tn = blobs != nullptr  ? c.expert_tn
-                 : c.dense_tn != 0 ? c.dense_tn
-                                   : DenseTile(w.rows, dense_rows, w.bits, c.sms);
+  const int tn = p.blobs != nullptr ? c.expert_tn
+                 : c.dense_tn != 0  ? c.dense_tn
+                                    : DenseTile(p.st.rows, p.dense_rows, p.st.w[0].bits, c.sms);
   switch (tn) {
     case 128:
       return LaunchTileBits<128, 1, 1>(p, s);
@@ -661,6 +679,39 @@ cudaError_t LaunchAffineMatMulWgmma(const DevMat& w, const uint8_t* const* blobs
     default:
       return LaunchTileBits<32, 2, 2>(p, s);
   }
+}
+
+}  // namespace
+
+cudaError_t LaunchAffineMatMulWgmma(const DevMat& w, const uint8_t* const* blobs, int groups,
+                                    const int* row0s, const int* rowss, int64_t dense_rows,
+                                    int64_t max_rows, const int* gather, const XPlanes& x, float* y,
+                                    cudaStream_t s, int64_t total_rows) {
+  if (!Supported(w, x)) return cudaErrorNotSupported;
+  WgStack st;
+  st.w[0] = w;
+  st.y[0] = y;
+  st.rows = static_cast<int>(w.rows);
+  return Launch(
+      Product{st, blobs, groups, row0s, rowss, dense_rows, max_rows, total_rows, gather, x}, s);
+}
+
+cudaError_t LaunchAffineMatMulWgmmaStack(const DevMat* w, float* const* y, int n, int64_t m,
+                                         const XPlanes& x, cudaStream_t s) {
+  if (n < 1 || n > 3) return cudaErrorInvalidValue;
+  WgStack st;
+  st.n = n;
+  int64_t rows = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!Supported(w[i], x) || w[i].bits != w[0].bits || w[i].group != w[0].group)
+      return cudaErrorNotSupported;
+    st.w[i] = w[i];
+    st.y[i] = y[i];
+    rows += w[i].rows;
+  }
+  if (rows * w[0].cols >= (int64_t{1} << 31)) return cudaErrorNotSupported;
+  st.rows = static_cast<int>(rows);
+  return Launch(Product{st, nullptr, 1, nullptr, nullptr, m, m, 0, nullptr, x}, s);
 }
 
 }  // namespace rw::cuda
