@@ -744,12 +744,9 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
     const uint8_t* const* table = model_.resident_table() + static_cast<size_t>(li) * E;
     const int max_rows = static_cast<int>(m);
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* x2, SplitX(a2_, m, c_.hidden_size));
-    RW_K(cuda::LaunchExpertMatMul(L.experts, 0, table, E, d_row0, d_rows, max_rows, d_gather, a2_,
-                                  ex_g_, s, x2, m * k),
-         "expert gate");
-    RW_K(cuda::LaunchExpertMatMul(L.experts, 1, table, E, d_row0, d_rows, max_rows, d_gather, a2_,
-                                  ex_u_, s, x2, m * k),
-         "expert up");
+    RW_K(cuda::LaunchExpertGateUpMatMul(L.experts, table, E, d_row0, d_rows, max_rows, d_gather,
+                                        a2_, ex_g_, ex_u_, s, x2, m * k),
+         "expert gate/up");
     RW_K(cuda::LaunchGeglu(ex_g_, ex_u_, m * k * I, s), "expert geglu");
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xh, SplitX(ex_g_, m * k, I));
     RW_K(cuda::LaunchExpertMatMul(L.experts, 2, table, E, d_row0, d_rows, max_rows, nullptr, ex_g_,
@@ -819,12 +816,9 @@ Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {
          "expert pointers");
     int max_rows = 0;
     for (size_t i = b0; i < b1; ++i) max_rows = std::max(max_rows, rows[i]);
-    RW_K(cuda::LaunchExpertMatMul(L.experts, 0, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
-                                  d_gather, a2_, ex_g_, s, x2),
-         "expert gate");
-    RW_K(cuda::LaunchExpertMatMul(L.experts, 1, dp + b0, groups, d_row0 + b0, d_rows + b0, max_rows,
-                                  d_gather, a2_, ex_u_, s, x2),
-         "expert up");
+    RW_K(cuda::LaunchExpertGateUpMatMul(L.experts, dp + b0, groups, d_row0 + b0, d_rows + b0,
+                                        max_rows, d_gather, a2_, ex_g_, ex_u_, s, x2),
+         "expert gate/up");
     const int64_t r0 = row0[b0], nrows = int64_t{row0[b1 - 1]} + rows[b1 - 1] - r0;
     RW_K(cuda::LaunchGeglu(ex_g_ + r0 * I, ex_u_ + r0 * I, nrows * I, s), "expert geglu");
     // The split covers the grouped rows up to this batch's end (row0s index it directly).

@@ -611,7 +611,7 @@ TEST(CudaOps, ExpertKernels) {
       const bool split = variant > 0;
       const int64_t total = variant == 2 ? 43 : 0;
       SCOPED_TRACE(variant == 0 ? "direct" : variant == 1 ? "split" : "split, tile list");
-      Dev<float> dxt(xt), dout(43 * I), ddown(43 * H);
+      Dev<float> dxt(xt), dgate(43 * I), dout(43 * I), ddown(43 * H);
       Dev<uint8_t> scratch(cuda::SplitXBytes(T, H) + cuda::SplitXBytes(43, I));
       cuda::XPlanes xp, hp;
       if (split) {
@@ -619,10 +619,11 @@ TEST(CudaOps, ExpertKernels) {
             cuda::LaunchSplitX(dxt.p(), T, H, scratch.p(), cuda::SplitXBytes(T, H), &xp, nullptr),
             cudaSuccess);
       }
-      ASSERT_EQ(
-          cuda::LaunchExpertMatMul(b.mats, 1, dptrs.p(), n, drow0.p(), drows.p(), 37, dgather.p(),
-                                   dxt.p(), dout.p(), nullptr, split ? &xp : nullptr, total),
-          cudaSuccess);
+      // Gate and up in one launch where the kernel stacks them (their rows split a block).
+      ASSERT_EQ(cuda::LaunchExpertGateUpMatMul(b.mats, dptrs.p(), n, drow0.p(), drows.p(), 37,
+                                               dgather.p(), dxt.p(), dgate.p(), dout.p(), nullptr,
+                                               split ? &xp : nullptr, total),
+                cudaSuccess);
       if (split) {
         ASSERT_EQ(cuda::LaunchSplitX(dout.p(), 43, I, scratch.p() + cuda::SplitXBytes(T, H),
                                      cuda::SplitXBytes(43, I), &hp, nullptr),
@@ -632,16 +633,60 @@ TEST(CudaOps, ExpertKernels) {
           cuda::LaunchExpertMatMul(b.mats, 2, dptrs.p(), n, drow0.p(), drows.p(), 37, nullptr,
                                    dout.p(), ddown.p(), nullptr, split ? &hp : nullptr, total),
           cudaSuccess);
-      const std::vector<float> up = dout.Get(), down = ddown.Get();
+      const std::vector<float> gate = dgate.Get(), up = dout.Get(), down = ddown.Get();
       for (int grp = 0; grp < n; ++grp)
         for (int r = row0[grp]; r < row0[grp] + rows[grp]; ++r) {
-          std::vector<float> wu(I), wd(H);
+          std::vector<float> wg(I), wu(I), wd(H);
+          cpu::ref::MatVec(b.parts[order[grp] * 3 + 0].view, &xt[gather[r] * H], wg.data());
           cpu::ref::MatVec(b.parts[order[grp] * 3 + 1].view, &xt[gather[r] * H], wu.data());
+          EXPECT_LT(RelErr({gate.begin() + r * I, gate.begin() + (r + 1) * I}, wg), 1.5e-5) << r;
           cpu::ref::MatVec(b.parts[order[grp] * 3 + 2].view, &up[r * I], wd.data());
           EXPECT_LT(RelErr({up.begin() + r * I, up.begin() + (r + 1) * I}, wu), 1.5e-5) << r;
           EXPECT_LT(RelErr({down.begin() + r * H, down.begin() + (r + 1) * H}, wd), 1.5e-5) << r;
         }
     }
+  }
+}
+
+// Prefill expert groups large enough for the kernel's wider token tiles (a tile list of 64-row
+// tiles on the warpgroup MMA), gate and up stacked, 4- and 8-bit.
+TEST(CudaOps, ExpertGateUpLargeGroups) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  for (const int bits : {4, 8}) {
+    const int n = 3;
+    const int64_t I = 192, H = 320, T = 70;
+    Blobs b = MakeBlobs(n, I, H, bits, rng);
+    Dev<uint8_t> blob(b.bytes);
+    std::vector<const uint8_t*> ptrs;
+    for (int e = 0; e < n; ++e) ptrs.push_back(blob.p() + e * b.stride);
+    Dev<const uint8_t*> dptrs(ptrs);
+    const std::vector<int> rows = {30, 70, 45}, row0 = {0, 30, 100};
+    const int total = 145;
+    std::vector<int> gather(total);
+    for (int r = 0; r < total; ++r) gather[r] = (r * 11) % T;
+    Dev<int> drows(rows), drow0(row0), dgather(gather);
+    const std::vector<float> xt = Randn(T * H, rng);
+    Dev<float> dxt(xt), dgate(total * I), dup(total * I);
+    Dev<uint8_t> scratch(cuda::SplitXBytes(T, H));
+    cuda::XPlanes xp;
+    ASSERT_EQ(cuda::LaunchSplitX(dxt.p(), T, H, scratch.p(), cuda::SplitXBytes(T, H), &xp, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(
+        cuda::LaunchExpertGateUpMatMul(b.mats, dptrs.p(), n, drow0.p(), drows.p(), 70, dgather.p(),
+                                       dxt.p(), dgate.p(), dup.p(), nullptr, &xp, total),
+        cudaSuccess);
+    const std::vector<float> gate = dgate.Get(), up = dup.Get();
+    for (int grp = 0; grp < n; ++grp)
+      for (int r = row0[grp]; r < row0[grp] + rows[grp]; ++r) {
+        std::vector<float> wg(I), wu(I);
+        cpu::ref::MatVec(b.parts[grp * 3 + 0].view, &xt[gather[r] * H], wg.data());
+        cpu::ref::MatVec(b.parts[grp * 3 + 1].view, &xt[gather[r] * H], wu.data());
+        EXPECT_LT(RelErr({gate.begin() + r * I, gate.begin() + (r + 1) * I}, wg), 1.5e-5)
+            << bits << "-bit, row " << r;
+        EXPECT_LT(RelErr({up.begin() + r * I, up.begin() + (r + 1) * I}, wu), 1.5e-5)
+            << bits << "-bit, row " << r;
+      }
   }
 }
 

@@ -45,10 +45,14 @@ cudaError_t LaunchAffineMatMulWgmma(const DevMat& w, const uint8_t* const* blobs
                                     int64_t max_rows, const int* gather, const XPlanes& x, float* y,
                                     cudaStream_t s, int64_t total_rows = 0);
 
-// y[i] = X·w[i]ᵀ for i < n (1..3 dense matrices with the same K, bits and group, e.g. q/k/v):
-// one warpgroup-MMA launch over their rows stacked, so the grid fills the GPU where each
-// product alone would leave SMs idle. cudaErrorNotSupported as LaunchAffineMatMulWgmma.
-cudaError_t LaunchAffineMatMulWgmmaStack(const DevMat* w, float* const* y, int n, int64_t m,
-                                         const XPlanes& x, cudaStream_t s);
+// y[i] = X·w[i]ᵀ for i < n (1..3 matrices with the same K, bits and group, e.g. q/k/v, or an
+// expert's gate and up with the groups of LaunchAffineMatMulWgmma): one warpgroup-MMA launch
+// over their rows stacked, so the grid fills the GPU where each product alone would leave SMs
+// idle. cudaErrorNotSupported as LaunchAffineMatMulWgmma.
+cudaError_t LaunchAffineMatMulWgmmaStack(const DevMat* w, float* const* y, int n,
+                                         const uint8_t* const* blobs, int groups, const int* row0s,
+                                         const int* rowss, int64_t dense_rows, int64_t max_rows,
+                                         const int* gather, const XPlanes& x, cudaStream_t s,
+                                         int64_t total_rows = 0);
 
 }  // namespace rw::cuda

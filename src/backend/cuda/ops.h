@@ -100,6 +100,13 @@ cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* co
                                int groups, const int* row0, const int* rows, int max_rows,
                                const int* gather, const float* x, float* y, cudaStream_t s,
                                const XPlanes* xp = nullptr, int64_t total_rows = 0);
+// The gate and up products of the same groups (gate and up of one input), in one launch over
+// both matrices' rows where the kernel allows it (REDWING_CUDA_STACK=0: never).
+cudaError_t LaunchExpertGateUpMatMul(const ExpertMats& e, const uint8_t* const* blobs, int groups,
+                                     const int* row0, const int* rows, int max_rows,
+                                     const int* gather, const float* x, float* gate, float* up,
+                                     cudaStream_t s, const XPlanes* xp = nullptr,
+                                     int64_t total_rows = 0);
 
 // ---- Norms, activations, elementwise ----------------------------------------------------------
 

@@ -788,6 +788,15 @@ bool UseTensorCores() {
   return on;
 }
 
+// REDWING_CUDA_STACK=0: products that share an input launch one by one (for comparison).
+bool UseStacks() {
+  static const bool on = [] {
+    const char* e = std::getenv("REDWING_CUDA_STACK");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
 bool SameShape(const DevMat& a, const DevMat& b) {
   return a.type == b.type && a.bits == b.bits && a.group == b.group && a.rows == b.rows &&
          a.cols == b.cols;
@@ -880,13 +889,10 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
 cudaError_t LaunchMatMulMulti(const DevMat* w, float* const* y, int n, const float* x, int64_t m,
                               cudaStream_t s, const XPlanes* xp) {
   if (n < 1 || n > 3) return cudaErrorInvalidValue;
-  static const bool stack = [] {
-    const char* e = std::getenv("REDWING_CUDA_STACK");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  if (n > 1 && stack && m >= 16 && xp != nullptr && xp->rows >= m && UseTensorCores() &&
+  if (n > 1 && UseStacks() && m >= 16 && xp != nullptr && xp->rows >= m && UseTensorCores() &&
       UsePlanes()) {
-    const cudaError_t e = LaunchAffineMatMulWgmmaStack(w, y, n, m, *xp, s);
+    const cudaError_t e =
+        LaunchAffineMatMulWgmmaStack(w, y, n, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, s);
     if (e != cudaErrorNotSupported) return e;
   }
   for (int i = 0; i < n; ++i)
@@ -941,6 +947,26 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
   LaunchKernel(ExpertDownKernel, grid, 32 * kWarps, StagedBytes(e.down.cols), s, e, blobs, idx, h,
                y);
   return cudaGetLastError();
+}
+
+cudaError_t LaunchExpertGateUpMatMul(const ExpertMats& e, const uint8_t* const* blobs, int groups,
+                                     const int* row0, const int* rows, int max_rows,
+                                     const int* gather, const float* x, float* gate, float* up,
+                                     cudaStream_t s, const XPlanes* xp, int64_t total_rows) {
+  if (groups <= 0 || max_rows <= 0) return cudaSuccess;
+  if (xp != nullptr && UseStacks() && UseTensorCores() && UsePlanes()) {
+    const DevMat w[2] = {e.gate, e.up};
+    float* const y[2] = {gate, up};
+    const cudaError_t err = LaunchAffineMatMulWgmmaStack(w, y, 2, blobs, groups, row0, rows, 0,
+                                                         max_rows, gather, *xp, s, total_rows);
+    if (err != cudaErrorNotSupported) return err;
+  }
+  if (cudaError_t err = LaunchExpertMatMul(e, 0, blobs, groups, row0, rows, max_rows, gather, x,
+                                           gate, s, xp, total_rows);
+      err != cudaSuccess)
+    return err;
+  return LaunchExpertMatMul(e, 1, blobs, groups, row0, rows, max_rows, gather, x, up, s, xp,
+                            total_rows);
 }
 
 cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* const* blobs,
