@@ -138,8 +138,8 @@ void BenchMatVec(int64_t n, int64_t k, int bits, double read1, double read2) {
   }
 }
 
-void BenchMatMul(int64_t n, int64_t k, int64_t m) {
-  auto w = MakeAffine(n, k, 4, 64, 99);
+void BenchMatMul(int64_t n, int64_t k, int64_t m, int bits = 4) {
+  auto w = MakeAffine(n, k, bits, 64, 99);
   std::vector<float> x(static_cast<size_t>(m * k)), y(static_cast<size_t>(m * n));
   std::mt19937 rng(5);
   for (auto& v : x) v = static_cast<float>(rng() % 1000) * 1e-3f - 0.5f;
@@ -152,9 +152,9 @@ void BenchMatMul(int64_t n, int64_t k, int64_t m) {
       for (int64_t i = 0; i < m; ++i) MatVec(w->view, x.data() + i * k, y.data() + i * n, pool);
     });
     fmt::print(
-        "  MatMul q4 g64 M={} [{} x {}] {}T: {:8.2f} ms{}  {:6.1f} GFLOP/s  ({:.1f}x faster than"
+        "  MatMul q{} g64 M={} [{} x {}] {}T: {:8.2f} ms{}  {:6.1f} GFLOP/s  ({:.1f}x faster than"
         " {} MatVecs: {:.2f} ms)\n",
-        m, n, k, threads, t * 1e3, cpu, flops / t * 1e-9, tv / t, m, tv * 1e3);
+        bits, m, n, k, threads, t * 1e3, cpu, flops / t * 1e-9, tv / t, m, tv * 1e3);
   }
 }
 
@@ -260,6 +260,12 @@ int Main(int argc, char** argv) {
   if (run("matmul")) {
     fmt::print("matmul (prefill):\n");
     BenchMatMul(2816, 2816, 64);
+    // The model's prefill shapes at a 512-token chunk: the q projection, an 8-bit dense MLP
+    // projection, and an expert's gate and down for its ~32 rows.
+    BenchMatMul(4096, 2816, 512);
+    BenchMatMul(2112, 2816, 512, 8);
+    BenchMatMul(704, 2816, 32);
+    BenchMatMul(2816, 704, 32);
     BenchSmallM(704, 2816);
   }
   if (run("attention")) {

@@ -26,6 +26,8 @@ struct KernelTable {
   // MatMul restricted to weight rows [r0, r1): Y[i, r] for all i < m (Y row stride = w.rows).
   void (*matmul_rows)(const WeightView& w, const float* x, int64_t m, float* y, int64_t r0,
                       int64_t r1);
+  // The weight rows matmul_rows packs together: thread splits keep to multiples of it.
+  int matmul_panel;
   // Affine MatMul for a few rows of X (m <= small_m), each prepared by prepare_x at
   // prep + i·prep_stride: the matvec kernel sharing each unpacked block across the rows,
   // which beats packing panels when m is small. small_m = 0: not available.
@@ -62,6 +64,8 @@ struct KernelTable {
 const KernelTable& ScalarKernels();
 // Only valid on CPUs with AVX2 + FMA.
 const KernelTable& Avx2Kernels();
+// Only valid on CPUs with AVX-512F, AVX2 and FMA.
+const KernelTable& Avx512Kernels();
 // The table selected by ActiveIsa().
 const KernelTable& Active();
 

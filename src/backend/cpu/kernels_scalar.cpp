@@ -132,6 +132,7 @@ const KernelTable kScalar = {
     PrepareX,
     MatVecRows,
     MatMulRows,
+    16,
     0,
     nullptr,
     DequantRow,

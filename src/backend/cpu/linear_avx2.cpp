@@ -394,11 +394,11 @@ inline void Transpose8x8(__m256* r) {
   }
 }
 
-// Rows [n0, n0+valid) (valid ≤ 8) × cols [kc, kc+kl) of a dense matrix into bp[k][16] lanes
+// Rows [n0, n0+valid) (valid ≤ 8) × cols [kc, kc+kl) of a dense matrix into bp[k][ld] lanes
 // 0..7 (bp already offset to the half); missing rows are zero.
 template <typename T>
 void PackDenseHalf(const T* base, int64_t k_total, int64_t n0, int valid, int64_t kc, int kl,
-                   float* bp) {
+                   float* bp, int ld) {
   int k = 0;
   for (; k + 8 <= kl; k += 8) {
     __m256 r[8];
@@ -417,7 +417,7 @@ void PackDenseHalf(const T* base, int64_t k_total, int64_t n0, int valid, int64_
     }
     Transpose8x8(r);
     RW_UNROLL
-    for (int j = 0; j < 8; ++j) _mm256_store_ps(bp + (k + j) * kNr, r[j]);
+    for (int j = 0; j < 8; ++j) _mm256_store_ps(bp + (k + j) * ld, r[j]);
   }
   for (; k < kl; ++k) {
     RW_UNROLL
@@ -431,7 +431,7 @@ void PackDenseHalf(const T* base, int64_t k_total, int64_t n0, int valid, int64_
           v = Bf16Scalar(*reinterpret_cast<const uint16_t*>(src));
         }
       }
-      bp[k * kNr + i] = v;
+      bp[k * ld + i] = v;
     }
   }
 }
@@ -439,7 +439,8 @@ void PackDenseHalf(const T* base, int64_t k_total, int64_t n0, int valid, int64_
 // Affine version: word wd of the 8 rows in one vector (a register transpose of 8 words × 8
 // rows, or a gather for a last partial group), so its elements come out as [k][row].
 template <int kBits>
-void PackAffineHalf(const WeightView& w, int64_t n0, int valid, int64_t kc, int kl, float* bp) {
+void PackAffineHalf(const WeightView& w, int64_t n0, int valid, int64_t kc, int kl, float* bp,
+                    int ld) {
   constexpr int kEpl = AffineGeom<kBits>::kEpl;
   const int64_t group = w.group, groups = w.cols / group;
   const int64_t row_words = w.cols / kEpl;
@@ -467,12 +468,12 @@ void PackAffineHalf(const WeightView& w, int64_t n0, int valid, int64_t kc, int 
   // Dequantizes word wd of the 8 rows (v) into bp rows 8·wd/… (kEpl k-positions).
   auto emit = [&](int wd, __m256i v) {
     const int gl = static_cast<int>(wd * kEpl / group);
-    float* dst = bp + wd * kEpl * kNr;
+    float* dst = bp + wd * kEpl * ld;
     RW_UNROLL
     for (int j = 0; j < kEpl; ++j) {
       __m256i q = _mm256_srli_epi32(v, j * kBits);
       if (j + 1 < kEpl) q = _mm256_and_si256(q, mask);
-      _mm256_store_ps(dst + j * kNr, _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), sv[gl], bv[gl]));
+      _mm256_store_ps(dst + j * ld, _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), sv[gl], bv[gl]));
     }
   };
   const int words = kl / kEpl;
@@ -492,30 +493,7 @@ void PackAffineHalf(const WeightView& w, int64_t n0, int valid, int64_t kc, int 
 }
 
 void PackPanel(const WeightView& w, int64_t n0, int nr, int64_t kc, int kl, float* bp) {
-  for (int h = 0; h < 2; ++h) {
-    const int valid = nr - 8 * h < 0 ? 0 : (nr - 8 * h > 8 ? 8 : nr - 8 * h);
-    float* dst = bp + 8 * h;
-    if (valid == 0) {
-      for (int k = 0; k < kl; ++k) _mm256_store_ps(dst + k * kNr, _mm256_setzero_ps());
-      continue;
-    }
-    const int64_t rows = n0 + 8 * h;
-    switch (w.type) {
-      case WeightType::kF32:
-        PackDenseHalf(static_cast<const float*>(w.data), w.cols, rows, valid, kc, kl, dst);
-        break;
-      case WeightType::kBf16:
-        PackDenseHalf(static_cast<const uint16_t*>(w.data), w.cols, rows, valid, kc, kl, dst);
-        break;
-      case WeightType::kAffine:
-        if (w.bits == 4) {
-          PackAffineHalf<4>(w, rows, valid, kc, kl, dst);
-        } else {
-          PackAffineHalf<8>(w, rows, valid, kc, kl, dst);
-        }
-        break;
-    }
-  }
+  PackPanel16(w, n0, nr, kc, kl, bp, kNr);
 }
 
 // ---- Matmul: micro-kernel
@@ -575,6 +553,33 @@ void RunMicro(int rows, const float* a, int64_t lda, const float* bp, int kl, fl
 }  // namespace
 
 // ---- Entry points ------------------------------------------------------------------------------
+
+void PackPanel16(const WeightView& w, int64_t n0, int nr, int64_t kc, int kl, float* bp, int ld) {
+  for (int h = 0; h < 2; ++h) {
+    const int valid = nr - 8 * h < 0 ? 0 : (nr - 8 * h > 8 ? 8 : nr - 8 * h);
+    float* dst = bp + 8 * h;
+    if (valid == 0) {
+      for (int k = 0; k < kl; ++k) _mm256_store_ps(dst + k * ld, _mm256_setzero_ps());
+      continue;
+    }
+    const int64_t rows = n0 + 8 * h;
+    switch (w.type) {
+      case WeightType::kF32:
+        PackDenseHalf(static_cast<const float*>(w.data), w.cols, rows, valid, kc, kl, dst, ld);
+        break;
+      case WeightType::kBf16:
+        PackDenseHalf(static_cast<const uint16_t*>(w.data), w.cols, rows, valid, kc, kl, dst, ld);
+        break;
+      case WeightType::kAffine:
+        if (w.bits == 4) {
+          PackAffineHalf<4>(w, rows, valid, kc, kl, dst, ld);
+        } else {
+          PackAffineHalf<8>(w, rows, valid, kc, kl, dst, ld);
+        }
+        break;
+    }
+  }
+}
 
 int64_t PrepFloats(const WeightView& w) {
   return w.type == WeightType::kAffine ? w.cols + w.cols / w.group + 16 : 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/linear_avx512.h"
 #include "base/check.h"
 
 namespace rw::cpu {
@@ -19,8 +20,26 @@ bool CpuHasAvx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+bool CpuHasAvx512() {
+  __builtin_cpu_init();
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f");
+}
+
 const detail::KernelTable& TableFor(Isa isa) {
-  return isa == Isa::kAvx2 ? detail::Avx2Kernels() : detail::ScalarKernels();
+  switch (isa) {
+    case Isa::kAvx512:
+      return detail::Avx512Kernels();
+    case Isa::kAvx2:
+      return detail::Avx2Kernels();
+    case Isa::kScalar:
+      break;
+  }
+  return detail::ScalarKernels();
+}
+
+// Whether this CPU can run kernel set isa.
+bool Supports(Isa isa) {
+  return static_cast<int>(isa) <= static_cast<int>(DetectedIsa());
 }
 
 std::atomic<const detail::KernelTable*> g_active{nullptr};
@@ -28,6 +47,8 @@ std::atomic<const detail::KernelTable*> g_active{nullptr};
 const detail::KernelTable* InitialTable() {
   const char* env = std::getenv("REDWING_ISA");
   if (env != nullptr && std::strcmp(env, "scalar") == 0) return &detail::ScalarKernels();
+  if (env != nullptr && std::strcmp(env, "avx2") == 0 && Supports(Isa::kAvx2))
+    return &detail::Avx2Kernels();
   return &TableFor(DetectedIsa());
 }
 
@@ -58,7 +79,7 @@ bool UsePool(const ThreadPool* pool, int64_t n, int64_t grain) {
 // ------------------------------------------------------------------------------------
 
 Isa DetectedIsa() {
-  static const Isa isa = CpuHasAvx2() ? Isa::kAvx2 : Isa::kScalar;
+  static const Isa isa = CpuHasAvx512() ? Isa::kAvx512 : CpuHasAvx2() ? Isa::kAvx2 : Isa::kScalar;
   return isa;
 }
 
@@ -67,13 +88,35 @@ Isa ActiveIsa() {
 }
 
 void SetActiveIsa(Isa isa) {
-  CHECK_MSG(isa == Isa::kScalar || DetectedIsa() == Isa::kAvx2, "CPU lacks {}", IsaName(isa));
+  CHECK_MSG(Supports(isa), "CPU lacks {}", IsaName(isa));
   g_active.store(&TableFor(isa));
 }
 
 const char* IsaName(Isa isa) {
-  return isa == Isa::kAvx2 ? "avx2" : "scalar";
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kScalar:
+      break;
+  }
+  return "scalar";
 }
+
+namespace detail {
+// The AVX2 set with the AVX-512 prefill matmul.
+const KernelTable& Avx512Kernels() {
+  static const KernelTable t = [] {
+    KernelTable k = Avx2Kernels();
+    k.isa = Isa::kAvx512;
+    k.matmul_rows = avx512::MatMulRows;
+    k.matmul_panel = 32;
+    return k;
+  }();
+  return t;
+}
+}  // namespace detail
 
 namespace detail {
 const KernelTable& Active() {
@@ -149,8 +192,8 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
                       });
     return;
   }
-  // Threads split the weight rows in whole 16-row panels (the micro-kernel's width).
-  constexpr int64_t kPanel = 16;
+  // Threads split the weight rows in whole panels (the micro-kernel's width).
+  const int64_t kPanel = kt.matmul_panel;
   const int64_t panels = (w.rows + kPanel - 1) / kPanel;
   const int64_t grain =
       std::max<int64_t>(1, RowGrain(w, kPanel) / std::max<int64_t>(1, m) / kPanel);

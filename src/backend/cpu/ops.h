@@ -1,6 +1,6 @@
 // CPU compute kernels. Every op has a scalar reference in rw::cpu::ref (simplest possible code,
 // the oracle for every other backend) and a dispatched fast version in rw::cpu that picks the
-// best kernel set the CPU supports at run time (AVX2+FMA, else portable scalar).
+// best kernel set the CPU supports at run time (AVX-512, AVX2+FMA, else portable scalar).
 //
 // Conventions: activations and accumulation are fp32. Shape mismatches are programming errors
 // (CHECK). Elementwise ops allow in-place use (output == input). Buffers need only natural
@@ -17,11 +17,12 @@ namespace rw::cpu {
 
 // ---- Dispatch ----------------------------------------------------------------------------------
 
-enum class Isa { kScalar, kAvx2 };
+// kAvx512 is the AVX2 set with the prefill matmul on 512-bit vectors.
+enum class Isa { kScalar, kAvx2, kAvx512 };
 
-// The best kernel set this CPU supports (AVX2 needs avx2 + fma).
+// The best kernel set this CPU supports (AVX2 needs avx2 + fma; AVX-512 also avx512f).
 Isa DetectedIsa();
-// The kernel set in use: DetectedIsa(), or kScalar when REDWING_ISA=scalar.
+// The kernel set in use: DetectedIsa(), or a lesser one named by REDWING_ISA (scalar, avx2).
 Isa ActiveIsa();
 // Switches kernel sets (tests, benchmarks). CHECKs the CPU supports it. Not thread-safe with
 // respect to ops running concurrently.

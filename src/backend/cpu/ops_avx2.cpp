@@ -326,10 +326,12 @@ void Pv(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int hd, 
 constexpr int kSmallM = 4;
 
 const detail::KernelTable kAvx2 = {
-    Isa::kAvx2, PrepFloats, PrepareX,   MatVecRows,    MatMulRows, kSmallM, MatMulPreppedRows,
-    DequantRow, Bf16ToF32,  SumSquares, ScaleByWeight, Geglu,      Max,     ExpSubSum,
-    Softcap,    Rope,       Add,        Mul,           Scale,      Axpy,    Dot,
-    Scores,     Pv,
+    Isa::kAvx2, PrepFloats, PrepareX,   MatVecRows,
+    MatMulRows, 16,         kSmallM,    MatMulPreppedRows,
+    DequantRow, Bf16ToF32,  SumSquares, ScaleByWeight,
+    Geglu,      Max,        ExpSubSum,  Softcap,
+    Rope,       Add,        Mul,        Scale,
+    Axpy,       Dot,        Scores,     Pv,
 };
 
 }  // namespace

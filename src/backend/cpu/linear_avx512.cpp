@@ -1,0 +1,152 @@
+// AVX-512 prefill matmul: the AVX2 packed-panel matmul (linear_avx2.cpp) with 32-row weight
+// panels and a 12×32 register-blocked micro-kernel on 512-bit vectors (24 accumulators + 2
+// panel vectors + 1 broadcast of the 32 registers), twice the FMA work per instruction. Panels
+// are packed by the AVX2 code (two 16-row halves side by side), so the products and their order
+// are the AVX2 kernel's: the results are bit-identical to it. X is packed too, per micro-tile
+// as [k][12], so the kernel broadcasts from one pointer instead of twelve row pointers (which
+// spilled to the stack inside the loop). Compiled with -mavx512f; the same rules as the AVX2
+// files apply (intrinsics and plain headers only, see kernels.h).
+#include "backend/cpu/linear_avx512.h"
+
+#include <immintrin.h>
+
+#include <new>
+
+#include "backend/cpu/linear_avx2.h"
+
+namespace rw::cpu::avx512 {
+namespace {
+
+#if defined(__GNUC__)
+#define RW_UNROLL _Pragma("GCC unroll 16")
+#else
+#define RW_UNROLL
+#endif
+
+constexpr int kNr = 32;        // weight rows per panel (two 16-lane vectors)
+constexpr int kMr = 12;        // X rows per micro-tile
+constexpr int kKc = 256;       // panel depth: 32 KB of fp32 (L1 holds 48 KB on the CPUs with it)
+constexpr int kMc = 43 * kMr;  // X rows packed at once: ~5.8 MB at K = 2,816 (L2/L3)
+
+inline int64_t Min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+// c[i][0..32) (+)= Σ_k a[k][i]·bp[k][0..32) for i < kRows (a packed as [k][kMr]).
+template <int kRows>
+void MicroKernel(const float* a, const float* bp, int kl, float* c, int64_t ldc, bool accumulate) {
+  __m512 c0[kRows], c1[kRows];
+  RW_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    c0[i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+    c1[i] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int k = 0; k < kl; ++k) {
+    const __m512 b0 = _mm512_load_ps(bp + k * kNr);
+    const __m512 b1 = _mm512_load_ps(bp + k * kNr + 16);
+    RW_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      const __m512 av = _mm512_set1_ps(a[k * kMr + i]);
+      c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+    }
+  }
+  RW_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    _mm512_storeu_ps(c + i * ldc, c0[i]);
+    _mm512_storeu_ps(c + i * ldc + 16, c1[i]);
+  }
+}
+
+template <int kRows>
+void RunMicroAt(int rows, const float* a, const float* bp, int kl, float* c, int64_t ldc,
+                bool accumulate) {
+  if constexpr (kRows > 1) {
+    if (rows < kRows) {
+      RunMicroAt<kRows - 1>(rows, a, bp, kl, c, ldc, accumulate);
+      return;
+    }
+  }
+  MicroKernel<kRows>(a, bp, kl, c, ldc, accumulate);
+}
+
+// X rows [0, rows) (rows ≤ kMr, row stride k_total) × columns [kc, kc + kl) into a[k][kMr].
+void PackX(const float* x, int64_t k_total, int rows, int64_t kc, int kl, float* a) {
+  for (int i = 0; i < rows; ++i) {
+    const float* src = x + i * k_total + kc;
+    for (int k = 0; k < kl; ++k) a[k * kMr + i] = src[k];
+  }
+}
+
+// Scratch of the packed X, per thread, 64-byte aligned.
+float* XScratch(int64_t floats) {
+  thread_local float* buf = nullptr;
+  thread_local int64_t have = 0;
+  if (have < floats) {
+    ::operator delete[](buf, std::align_val_t{64});
+    buf = static_cast<float*>(
+        ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t{64}));
+    have = floats;
+  }
+  return buf;
+}
+
+// The panel's two 16-row halves, packed by the AVX2 code into bp[k][32].
+void PackPanel(const WeightView& w, int64_t n0, int nr, int64_t kc, int kl, float* bp) {
+  avx2::PackPanel16(w, n0, nr < 16 ? nr : 16, kc, kl, bp, kNr);
+  avx2::PackPanel16(w, n0 + 16, nr > 16 ? nr - 16 : 0, kc, kl, bp + 16, kNr);
+}
+
+}  // namespace
+
+void MatMulRows(const WeightView& w, const float* x, int64_t m, float* y, int64_t r0, int64_t r1) {
+  alignas(64) float bp[kKc * kNr];
+  alignas(64) float tile[kMr * kNr];
+  const int64_t k_total = w.cols, n_total = w.rows;
+  const int64_t kblocks = (k_total + kKc - 1) / kKc;
+  for (int64_t m0 = 0; m0 < m; m0 += kMc) {
+    const int64_t mc = Min64(kMc, m - m0);
+    // Rows in ceil(mc/12) tiles of near-equal height, each packed as [kc block][k][12].
+    const int64_t tiles = (mc + kMr - 1) / kMr;
+    float* const ap = XScratch(tiles * kblocks * kKc * kMr);
+    auto tile_rows = [&](int64_t t, int64_t* mb) {
+      *mb = m0 + mc * t / tiles;
+      return static_cast<int>(m0 + mc * (t + 1) / tiles - *mb);
+    };
+    for (int64_t t = 0; t < tiles; ++t) {
+      int64_t mb = 0;
+      const int mr = tile_rows(t, &mb);
+      for (int64_t b = 0; b < kblocks; ++b) {
+        const int kl = static_cast<int>(Min64(kKc, k_total - b * kKc));
+        PackX(x + mb * k_total, k_total, mr, b * kKc, kl, ap + (t * kblocks + b) * kKc * kMr);
+      }
+    }
+    for (int64_t n0 = r0; n0 < r1; n0 += kNr) {
+      const int nr = static_cast<int>(Min64(kNr, r1 - n0));
+      for (int64_t b = 0; b < kblocks; ++b) {
+        const int64_t kc = b * kKc;
+        const int kl = static_cast<int>(Min64(kKc, k_total - kc));
+        PackPanel(w, n0, nr, kc, kl, bp);
+        for (int64_t t = 0; t < tiles; ++t) {
+          int64_t mb = 0;
+          const int mr = tile_rows(t, &mb);
+          const float* a = ap + (t * kblocks + b) * kKc * kMr;
+          float* yc = y + mb * n_total + n0;
+          if (nr == kNr) {
+            RunMicroAt<kMr>(mr, a, bp, kl, yc, n_total, kc > 0);
+            continue;
+          }
+          // A partial panel goes through a 32-wide tile so stores stay inside Y.
+          for (int i = 0; i < mr; ++i)
+            for (int j = 0; j < kNr; ++j)
+              tile[i * kNr + j] = j < nr && kc > 0 ? yc[i * n_total + j] : 0.0f;
+          RunMicroAt<kMr>(mr, a, bp, kl, tile, kNr, kc > 0);
+          for (int i = 0; i < mr; ++i)
+            for (int j = 0; j < nr; ++j) yc[i * n_total + j] = tile[i * kNr + j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace rw::cpu::avx512
