@@ -70,9 +70,25 @@ void RunMicroAt(int rows, const float* a, const float* bp, int kl, float* c, int
   MicroKernel<kRows>(a, bp, kl, c, ldc, accumulate);
 }
 
-// X rows [0, rows) (rows ≤ kMr, row stride k_total) × columns [kc, kc + kl) into a[k][kMr].
+// X rows [0, rows) (rows ≤ kMr, row stride k_total) × columns [kc, kc + kl) into a[k][kMr]
+// (a 64-byte aligned): 4×4 blocks transposed in registers, the ragged edges one by one.
 void PackX(const float* x, int64_t k_total, int rows, int64_t kc, int kl, float* a) {
-  for (int i = 0; i < rows; ++i) {
+  const int rows4 = rows & ~3, kl4 = kl & ~3;
+  for (int i = 0; i < rows4; i += 4) {
+    const float* src = x + i * k_total + kc;
+    for (int k = 0; k < kl4; k += 4) {
+      __m128 r0 = _mm_loadu_ps(src + k), r1 = _mm_loadu_ps(src + k_total + k);
+      __m128 r2 = _mm_loadu_ps(src + 2 * k_total + k), r3 = _mm_loadu_ps(src + 3 * k_total + k);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      _mm_store_ps(a + k * kMr + i, r0);
+      _mm_store_ps(a + (k + 1) * kMr + i, r1);
+      _mm_store_ps(a + (k + 2) * kMr + i, r2);
+      _mm_store_ps(a + (k + 3) * kMr + i, r3);
+    }
+    for (int k = kl4; k < kl; ++k)
+      for (int j = 0; j < 4; ++j) a[k * kMr + i + j] = src[j * k_total + k];
+  }
+  for (int i = rows4; i < rows; ++i) {
     const float* src = x + i * k_total + kc;
     for (int k = 0; k < kl; ++k) a[k * kMr + i] = src[k];
   }
