@@ -107,10 +107,104 @@ float* XScratch(int64_t floats) {
   return buf;
 }
 
-// The panel's two 16-row halves, packed by the AVX2 code into bp[k][32].
+inline float Bf16ToFloat(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+// Transposes 16 vectors of 16 32-bit lanes: r[i][j] becomes r[j][i].
+inline void Transpose16x16(__m512i* r) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // Now r[4a + b] holds, in each 128-bit lane L, elements b of rows 4a..4a+3 for columns
+  // 4L..4L+3: move the 128-bit lanes into place.
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j) {
+      t[8 * j + i] = _mm512_shuffle_i32x4(r[i + 8 * j], r[i + 4 + 8 * j], 0x88);
+      t[8 * j + i + 4] = _mm512_shuffle_i32x4(r[i + 8 * j], r[i + 4 + 8 * j], 0xDD);
+    }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+// Affine rows [n0, n0 + valid) (valid ≤ 16) × columns [kc, kc + kl) into bp[k][kNr] lanes
+// 0..15 (bp offset to the half): the AVX2 packer's values (s·q + b as one FMA), 16 rows a
+// vector; 16 words of 16 rows transposed in registers, a gather for a last partial block.
+template <int kBits>
+void PackAffine16(const WeightView& w, int64_t n0, int valid, int64_t kc, int kl, float* bp) {
+  constexpr int kEpl = 32 / kBits;
+  const int64_t group = w.group, groups = w.cols / group;
+  const int64_t row_words = w.cols / kEpl;
+  alignas(64) int32_t idx[16];
+  for (int i = 0; i < 16; ++i)
+    idx[i] = static_cast<int32_t>((i < valid ? i : valid - 1) * row_words);
+  const __m512i vidx = _mm512_load_si512(idx);
+  const int ngl = static_cast<int>(kl / group);  // ≤ 8
+  __m512 sv[8], bv[8];
+  for (int gl = 0; gl < ngl; ++gl) {
+    alignas(64) float sc[16], bi[16];
+    const int64_t g = kc / group + gl;
+    for (int i = 0; i < 16; ++i) {
+      sc[i] = i < valid ? Bf16ToFloat(w.scales[(n0 + i) * groups + g]) : 0.0f;
+      bi[i] = i < valid ? Bf16ToFloat(w.biases[(n0 + i) * groups + g]) : 0.0f;
+    }
+    sv[gl] = _mm512_load_ps(sc);
+    bv[gl] = _mm512_load_ps(bi);
+  }
+  const int* base = reinterpret_cast<const int*>(static_cast<const uint32_t*>(w.data) +
+                                                 n0 * row_words + kc / kEpl);
+  const __m512i mask = _mm512_set1_epi32((1 << kBits) - 1);
+  auto emit = [&](int wd, __m512i v) {
+    const int gl = static_cast<int>(wd * kEpl / group);
+    float* dst = bp + wd * kEpl * kNr;
+    RW_UNROLL
+    for (int j = 0; j < kEpl; ++j) {
+      __m512i q = _mm512_srli_epi32(v, j * kBits);
+      if (j + 1 < kEpl) q = _mm512_and_si512(q, mask);
+      _mm512_store_ps(dst + j * kNr, _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), sv[gl], bv[gl]));
+    }
+  };
+  const int words = kl / kEpl;
+  int wd = 0;
+  for (; wd + 16 <= words; wd += 16) {
+    __m512i r[16];
+    RW_UNROLL
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(base + idx[i] + wd);
+    Transpose16x16(r);
+    RW_UNROLL
+    for (int j = 0; j < 16; ++j) emit(wd + j, r[j]);
+  }
+  for (; wd < words; ++wd) emit(wd, _mm512_i32gather_epi32(vidx, base + wd, 4));
+}
+
+// The panel's two 16-row halves into bp[k][32]: affine weights here, others by the AVX2 packer.
 void PackPanel(const WeightView& w, int64_t n0, int nr, int64_t kc, int kl, float* bp) {
-  avx2::PackPanel16(w, n0, nr < 16 ? nr : 16, kc, kl, bp, kNr);
-  avx2::PackPanel16(w, n0 + 16, nr > 16 ? nr - 16 : 0, kc, kl, bp + 16, kNr);
+  for (int h = 0; h < 2; ++h) {
+    const int valid = nr - 16 * h < 0 ? 0 : (nr - 16 * h > 16 ? 16 : nr - 16 * h);
+    float* dst = bp + 16 * h;
+    if (valid > 0 && w.type == WeightType::kAffine) {
+      if (w.bits == 4) {
+        PackAffine16<4>(w, n0 + 16 * h, valid, kc, kl, dst);
+      } else {
+        PackAffine16<8>(w, n0 + 16 * h, valid, kc, kl, dst);
+      }
+    } else {
+      avx2::PackPanel16(w, n0 + 16 * h, valid, kc, kl, dst, kNr);
+    }
+  }
 }
 
 }  // namespace
