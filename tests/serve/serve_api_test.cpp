@@ -232,12 +232,13 @@ TEST(Serve, QueueServesInOrderAndRefusesBeyondIt) {
       HttpClient::Format("POST", "/v1/chat/completions", Body(ChatBody("long", 3000, true)))));
   ASSERT_NE(a.ReadUntil("data: ", 5000).find("data: "), std::string::npos);
   // B and C wait in order.
-  std::vector<int64_t> done(2, 0);
+  std::vector<int64_t> done(2, 0), sent(2, 0);
   std::vector<std::string> bodies(2);
   std::vector<std::thread> waiters;
   for (int i = 0; i < 2; ++i) {
     waiters.emplace_back([&, i] {
       HttpClient c(server.port());
+      sent[i] = NowMs();
       HttpResponse r = c.Request("POST", "/v1/chat/completions",
                                  Body(ChatBody(i == 0 ? "first" : "second", 4)), {}, 60000);
       bodies[i] = r.body;
@@ -248,6 +249,7 @@ TEST(Serve, QueueServesInOrderAndRefusesBeyondIt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_EQ(Health(server.port())["queued"], i + 1);
   }
+  const int64_t both_queued = NowMs();
   // D: beyond the queue.
   HttpClient d(server.port());
   HttpResponse busy = d.Request("POST", "/v1/chat/completions", Body(ChatBody("third", 4)));
@@ -260,8 +262,18 @@ TEST(Serve, QueueServesInOrderAndRefusesBeyondIt) {
   ASSERT_GT(done[0], 0) << bodies[0];
   ASSERT_GT(done[1], 0) << bodies[1];
   EXPECT_LE(done[0], done[1]);
-  EXPECT_LT(Json::parse(bodies[0])["timings"]["queue_ms"].get<double>(),
-            Json::parse(bodies[1])["timings"]["queue_ms"].get<double>());
+  // Both waited for A, and C left the queue after B did. B started no earlier than it was sent
+  // plus its wait, C no later than the moment both were queued plus its wait (1 ms for the
+  // clock's rounding). C's own wait can still be the shorter one, when B runs for less time
+  // than the gap between their arrivals.
+  const double queued[2] = {Json::parse(bodies[0])["timings"]["queue_ms"].get<double>(),
+                            Json::parse(bodies[1])["timings"]["queue_ms"].get<double>()};
+  EXPECT_GT(queued[0], 0.0);
+  EXPECT_GT(queued[1], 0.0);
+  EXPECT_LE(static_cast<double>(sent[0]) + queued[0],
+            static_cast<double>(both_queued) + queued[1] + 1.0)
+      << "B sent at " << sent[0] << " and waited " << queued[0] << " ms; C queued by "
+      << both_queued << " and waited " << queued[1] << " ms";
 }
 
 TEST(Serve, DisconnectingClientFreesTheEngine) {
