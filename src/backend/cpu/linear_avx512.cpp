@@ -94,17 +94,24 @@ void PackX(const float* x, int64_t k_total, int rows, int64_t kc, int kl, float*
   }
 }
 
-// Scratch of the packed X, per thread, 64-byte aligned.
+// Scratch of the packed X, per thread, 64-byte aligned, freed when the thread ends. (A plain
+// struct, not a std container: no template instantiated here with AVX-512 code may be shared
+// with portable code, see kernels.h.)
+struct XBuffer {
+  float* p = nullptr;
+  int64_t have = 0;
+  ~XBuffer() { ::operator delete[](p, std::align_val_t{64}); }
+};
+
 float* XScratch(int64_t floats) {
-  thread_local float* buf = nullptr;
-  thread_local int64_t have = 0;
-  if (have < floats) {
-    ::operator delete[](buf, std::align_val_t{64});
-    buf = static_cast<float*>(
+  thread_local XBuffer buf;
+  if (buf.have < floats) {
+    ::operator delete[](buf.p, std::align_val_t{64});
+    buf.p = static_cast<float*>(
         ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t{64}));
-    have = floats;
+    buf.have = floats;
   }
-  return buf;
+  return buf.p;
 }
 
 inline float Bf16ToFloat(uint16_t b) {

@@ -61,6 +61,13 @@ struct WgStack {
   int rows = 0;  // the stacked rows, Σ w[i].rows
 };
 
+template <int kBits>
+__device__ __forceinline__ int CodeSwz(int n) {
+  return kBits == 4 ? (n >> 2) & 1 : (n >> 1) & 3;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
 // Where stacked row r lives: its matrix's codes, scales and biases row and its output column.
 struct StackRow {
   const uint8_t* codes = nullptr;
@@ -83,13 +90,6 @@ __device__ __forceinline__ StackRow RowOf(const WgStack& st, const uint8_t* blob
   s.ok = true;
   return s;
 }
-
-template <int kBits>
-__device__ __forceinline__ int CodeSwz(int n) {
-  return kBits == 4 ? (n >> 2) & 1 : (n >> 1) & 3;
-}
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 constexpr int kBK = 64;  // columns of K per step
 
