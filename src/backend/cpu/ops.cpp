@@ -37,7 +37,7 @@ const detail::KernelTable& TableFor(Isa isa) {
   return detail::ScalarKernels();
 }
 
-// Whether this CPU can run kernel set isa.
+// Whether this CPU can run kernel set isa (each set in Isa's order needs the one before it).
 bool Supports(Isa isa) {
   return static_cast<int>(isa) <= static_cast<int>(DetectedIsa());
 }
@@ -116,9 +116,7 @@ const KernelTable& Avx512Kernels() {
   }();
   return t;
 }
-}  // namespace detail
 
-namespace detail {
 const KernelTable& Active() {
   const KernelTable* t = g_active.load(std::memory_order_acquire);
   if (t == nullptr) {
@@ -193,18 +191,17 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
     return;
   }
   // Threads split the weight rows in whole panels (the micro-kernel's width).
-  const int64_t kPanel = kt.matmul_panel;
-  const int64_t panels = (w.rows + kPanel - 1) / kPanel;
-  const int64_t grain =
-      std::max<int64_t>(1, RowGrain(w, kPanel) / std::max<int64_t>(1, m) / kPanel);
+  const int64_t panel = kt.matmul_panel;
+  const int64_t panels = (w.rows + panel - 1) / panel;
+  const int64_t grain = std::max<int64_t>(1, RowGrain(w, panel) / std::max<int64_t>(1, m) / panel);
   if (!UsePool(pool, panels, grain)) {
     kt.matmul_rows(w, x, m, y, 0, w.rows);
     return;
   }
   pool->ParallelFor(static_cast<size_t>(panels), static_cast<size_t>(grain),
                     [&](size_t b, size_t e, int) {
-                      const int64_t r0 = static_cast<int64_t>(b) * kPanel;
-                      const int64_t r1 = std::min(w.rows, static_cast<int64_t>(e) * kPanel);
+                      const int64_t r0 = static_cast<int64_t>(b) * panel;
+                      const int64_t r1 = std::min(w.rows, static_cast<int64_t>(e) * panel);
                       kt.matmul_rows(w, x, m, y, r0, r1);
                     });
 }
