@@ -290,12 +290,17 @@ void ForwardPass::Attention(int li, KvCache& kv, int64_t m, int64_t pos0, Thread
   const WeightView in_ln = NormWeight(L.input_ln);
   cpu::RmsNormRows(x_.data(), a_.data(), m, H, &in_ln, eps);
   // A2–A4: projections; V from v_proj, or (k_eq_v) from the raw K before k_norm.
-  Linear(L.q, a_.data(), m, q_.data(), pool);
-  Linear(L.k, a_.data(), m, k_.data(), pool);
-  if (g.k_eq_v)
-    std::copy(k_.begin(), k_.begin() + m * kvdim, v_.begin());
-  else
-    Linear(L.v, a_.data(), m, v_.data(), pool);
+  if (m == 1) {
+    // Decode: the projections as one parallel job.
+    const WeightView ws[3] = {L.q, L.k, L.v};
+    float* const ys[3] = {q_.data(), k_.data(), v_.data()};
+    cpu::MatVecMulti(ws, g.k_eq_v ? 2 : 3, a_.data(), ys, pool);
+  } else {
+    Linear(L.q, a_.data(), m, q_.data(), pool);
+    Linear(L.k, a_.data(), m, k_.data(), pool);
+    if (!g.k_eq_v) Linear(L.v, a_.data(), m, v_.data(), pool);
+  }
+  if (g.k_eq_v) std::copy(k_.begin(), k_.begin() + m * kvdim, v_.begin());
   const WeightView qn = NormWeight(L.q_norm), kn = NormWeight(L.k_norm);
   cpu::RmsNormRows(q_.data(), q_.data(), m * nh, hd, &qn, eps);
   cpu::RmsNormRows(k_.data(), k_.data(), m * nkv, hd, &kn, eps);
@@ -341,8 +346,14 @@ void ForwardPass::DenseMlp(int li, int64_t m, ThreadPool* pool) {
   const float eps = static_cast<float>(c_.rms_norm_eps);
   const WeightView pre = NormWeight(L.pre_ff_ln);
   cpu::RmsNormRows(x_.data(), a_.data(), m, H, &pre, eps);
-  Linear(L.gate, a_.data(), m, g_.data(), pool);
-  Linear(L.up, a_.data(), m, u_.data(), pool);
+  if (m == 1) {
+    const WeightView ws[2] = {L.gate, L.up};
+    float* const ys[2] = {g_.data(), u_.data()};
+    cpu::MatVecMulti(ws, 2, a_.data(), ys, pool);
+  } else {
+    Linear(L.gate, a_.data(), m, g_.data(), pool);
+    Linear(L.up, a_.data(), m, u_.data(), pool);
+  }
   cpu::GegluInPlace(g_.data(), u_.data(), m * I);
   Linear(L.down, g_.data(), m, m1_.data(), pool);
   if (c_.enable_moe) {
@@ -443,30 +454,37 @@ Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
   for (size_t i = b0; i < b1; ++i)
     if (!resident_[i]) order.push_back(i);
   if (single_token_ && pool != nullptr) {
-    // One token: its experts in parallel, one per thread, each a chain of three matvecs.
+    // One token: its experts in parallel, each a chain of three matvecs on one thread. Every
+    // expert is its own chunk, taken by whichever thread is free (a late-waking worker, or a
+    // thread waiting on a read, takes fewer).
     std::mutex mu;
     Status first_error;
-    pool->ParallelFor(order.size(), 1, [&](size_t s, size_t e, int) {
-      for (size_t q = s; q < e; ++q) {
-        const size_t i = order[q];
-        Result<ExpertRef> ref = [&] {
-          TraceScope t("wait", "experts", "expert", used_[i]);
-          return store->Wait(li, i - b0);
-        }();
-        if (!ref.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = ref.status();
-          continue;
-        }
-        TraceScope t("expert", "experts", "expert", used_[i]);
-        float* gj = &ex_g_[i * I];
-        float* uj = &ex_u_[i * I];
-        cpu::MatVec(ViewOf(ref->blob, ref->layout->gate), a_.data(), gj, nullptr);
-        cpu::MatVec(ViewOf(ref->blob, ref->layout->up), a_.data(), uj, nullptr);
-        cpu::GegluInPlace(gj, uj, I);
-        cpu::MatVec(ViewOf(ref->blob, ref->layout->down), gj, &ex_y_[row0_[i] * H], nullptr);
-      }
-    });
+    pool->ParallelFor(
+        order.size(), 1,
+        [&](size_t s, size_t e, int) {
+          for (size_t q = s; q < e; ++q) {
+            const size_t i = order[q];
+            Result<ExpertRef> ref = [&] {
+              TraceScope t("wait", "experts", "expert", used_[i]);
+              return store->Wait(li, i - b0);
+            }();
+            if (!ref.ok()) {
+              std::lock_guard<std::mutex> lock(mu);
+              if (first_error.ok()) first_error = ref.status();
+              continue;
+            }
+            TraceScope t("expert", "experts", "expert", used_[i]);
+            float* gj = &ex_g_[i * I];
+            float* uj = &ex_u_[i * I];
+            const WeightView gate_up[2] = {ViewOf(ref->blob, ref->layout->gate),
+                                           ViewOf(ref->blob, ref->layout->up)};
+            float* const outs[2] = {gj, uj};
+            cpu::MatVecMulti(gate_up, 2, a_.data(), outs, nullptr);
+            cpu::GegluInPlace(gj, uj, I);
+            cpu::MatVec(ViewOf(ref->blob, ref->layout->down), gj, &ex_y_[row0_[i] * H], nullptr);
+          }
+        },
+        static_cast<int>(order.size()));
     return first_error;
   }
   for (size_t i : order) {

@@ -105,6 +105,8 @@ void ExpectClose(const float* fast, const float* ref, const std::vector<double>&
 
 const int64_t kRowCounts[] = {1, 3, 7, 64, 65, 257, 1027};
 
+void CheckMatMul(const WeightView& w, int64_t m, int off, const std::string& what);
+
 // All offsets (0, +1, +3 floats) × pools (1, 2, 3 threads) for one weight, against one reference.
 void SweepMatVec(const WeightView& w, const std::string& what) {
   Buffer x(w.cols, 0);
@@ -140,6 +142,35 @@ TEST(MatVec, AffineMatchesReference) {
   }
 }
 
+// Every vector kernel set this CPU runs (the tests above use the best one), matvec and the
+// few-row matmul that shares its unpacking, against the reference: rows whose words are not a
+// multiple of the 16-word AVX-512 block (a masked last block: K = 704 at q4 is 88 words, K = 96
+// is a single partial block), a group count that is not a multiple of 16, odd row counts.
+TEST(MatVec, EveryIsaMatchesReference) {
+  if (DetectedIsa() == Isa::kScalar) GTEST_SKIP() << "no vector kernels on this CPU";
+  IsaGuard guard;
+  int combo = 0;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;
+    SetActiveIsa(isa);
+    for (int bits : {4, 8}) {
+      for (int group : {32, 64, 128}) {
+        for (int64_t k : {32, 96, 128, 640, 704, 1152, 2816}) {
+          if (k % group != 0) continue;
+          for (int64_t n : {1, 2, 5, 33}) {
+            ++combo;
+            auto w = MakeAffine(n, k, bits, group, combo % 2 == 0);
+            const std::string what =
+                fmt::format("{} q{} g{} [{}x{}]", IsaName(isa), bits, group, n, k);
+            SweepMatVec(w->view, what);
+            for (int64_t m : {2, 3, 4, 6}) CheckMatMul(w->view, m, combo % 4, what);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatVec, LargeAffineMultiThreaded) {
   // Big enough that two and three threads each get several chunks' worth of rows.
   auto w = MakeAffine(3001, 2816, 4, 64, true);
@@ -155,6 +186,37 @@ TEST(MatVec, DenseMatchesReference) {
         SweepMatVec(w->view,
                     fmt::format("{} [{}x{}]", type == WeightType::kF32 ? "f32" : "bf16", n, k));
       }
+    }
+  }
+}
+
+// Several matrices as one job give each matrix's own MatVec, bit for bit: mixed formats (x
+// prepared once per format), row counts that split chunks across matrix boundaries, 1-3 threads.
+TEST(MatVec, MultiEqualsSeparateMatVecs) {
+  const int64_t k = 704;
+  std::vector<std::unique_ptr<testing::TestWeight>> owned;
+  owned.push_back(MakeAffine(517, k, 4, 64, true));
+  owned.push_back(MakeAffine(64, k, 4, 64));
+  owned.push_back(MakeAffine(33, k, 8, 64, true));
+  owned.push_back(MakeAffine(301, k, 4, 32));
+  Buffer x(k, 1);
+  FillUniform(x.data(), k);
+  for (int count = 1; count <= 4; ++count) {
+    std::vector<WeightView> ws;
+    std::vector<std::vector<float>> expect, got;
+    for (int i = 0; i < count; ++i) {
+      ws.push_back(owned[static_cast<size_t>(i)]->view);
+      expect.emplace_back(static_cast<size_t>(ws.back().rows));
+      MatVec(ws.back(), x.data(), expect.back().data(), nullptr);
+      got.emplace_back(static_cast<size_t>(ws.back().rows), NAN);
+    }
+    for (int threads : {1, 2, 3}) {
+      std::vector<float*> ys;
+      for (auto& g : got) ys.push_back(g.data());
+      MatVecMulti(ws.data(), count, x.data(), ys.data(), Pool(threads));
+      for (int i = 0; i < count; ++i)
+        EXPECT_EQ(got[static_cast<size_t>(i)], expect[static_cast<size_t>(i)])
+            << "count " << count << " matrix " << i << " threads " << threads;
     }
   }
 }

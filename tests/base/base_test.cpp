@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "base/bf16.h"
 #include "base/file.h"
@@ -68,6 +71,48 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
     });
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
   }
+}
+
+// Several chunks per thread: still every index once, chunks no smaller than the grain (but the
+// last; one chunk when n ≤ grain), no more chunks than asked for, and back-to-back jobs (the
+// workers still polling for the next one) see each other's writes.
+TEST(ThreadPool, ChunksPerThreadSplitsFiner) {
+  ThreadPool pool(2);
+  for (size_t n : {1u, 5u, 8u, 9u, 64u, 1000u}) {
+    for (size_t grain : {1u, 3u, 100u}) {
+      std::vector<int> hits(n, 0);
+      std::mutex mu;
+      std::vector<std::pair<size_t, size_t>> chunks;
+      pool.ParallelFor(
+          n, grain,
+          [&](size_t b, size_t e, int) {
+            for (size_t i = b; i < e; ++i) hits[i]++;
+            std::lock_guard<std::mutex> lock(mu);
+            chunks.push_back({b, e});
+          },
+          4);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
+      EXPECT_LE(chunks.size(), 8u) << n << " " << grain;
+      EXPECT_EQ(chunks.size() > 1, n > grain) << n << " " << grain;
+      for (auto [b, e] : chunks) {
+        if (e != n) {
+          EXPECT_GE(e - b, grain) << n << " " << grain;
+        }
+      }
+    }
+  }
+  std::vector<int> v(4096, 0);
+  for (int round = 1; round <= 200; ++round)
+    pool.ParallelFor(
+        v.size(), 64,
+        [&](size_t b, size_t e, int) {
+          for (size_t i = b; i < e; ++i) {
+            ASSERT_EQ(v[i], round - 1);
+            v[i] = round;
+          }
+        },
+        4);
+  for (int x : v) ASSERT_EQ(x, 200);
 }
 
 TEST(Status, MacrosPropagate) {

@@ -64,7 +64,7 @@ struct KernelTable {
 const KernelTable& ScalarKernels();
 // Only valid on CPUs with AVX2 + FMA.
 const KernelTable& Avx2Kernels();
-// Only valid on CPUs with AVX-512F, AVX2 and FMA.
+// Only valid on CPUs with AVX-512 F/BW/VL/DQ, AVX2 and FMA.
 const KernelTable& Avx512Kernels();
 // The table selected by ActiveIsa().
 const KernelTable& Active();

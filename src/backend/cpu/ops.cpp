@@ -22,7 +22,9 @@ bool CpuHasAvx2() {
 
 bool CpuHasAvx512() {
   __builtin_cpu_init();
-  return CpuHasAvx2() && __builtin_cpu_supports("avx512f");
+  // F, BW, VL and DQ come together on every AVX-512 CPU but the Xeon Phi.
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
 const detail::KernelTable& TableFor(Isa isa) {
@@ -52,13 +54,14 @@ const detail::KernelTable* InitialTable() {
   return &TableFor(DetectedIsa());
 }
 
-// Scratch for the prepared x of MatVec, per calling thread, 32-byte aligned.
+// Scratch for the prepared x of MatVec, per calling thread, 64-byte aligned (a cache line, and
+// a 512-bit vector).
 float* PrepScratch(int64_t floats) {
   thread_local std::vector<float> buf;
-  const size_t need = static_cast<size_t>(floats) + 8;
+  const size_t need = static_cast<size_t>(floats) + 16;
   if (buf.size() < need) buf.resize(need);
   auto addr = reinterpret_cast<uintptr_t>(buf.data());
-  return reinterpret_cast<float*>((addr + 31) & ~uintptr_t{31});
+  return reinterpret_cast<float*>((addr + 63) & ~uintptr_t{63});
 }
 
 // Below this much weight data per thread, waking another thread costs more than it saves.
@@ -68,6 +71,10 @@ int64_t RowGrain(const WeightView& w, int64_t min_rows) {
   const int64_t row_bytes = std::max<int64_t>(1, w.RowBytes());
   return std::max(min_rows, (kMinBytesPerThread + row_bytes - 1) / row_bytes);
 }
+
+// Matvec rows go out in several chunks per thread: the caller starts at once and a worker that
+// wakes late takes what is left, instead of the caller waiting for it with half the rows.
+constexpr int kMatVecChunksPerThread = 4;
 
 bool UsePool(const ThreadPool* pool, int64_t n, int64_t grain) {
   return pool != nullptr && pool->size() > 1 && n >= 2 * grain;
@@ -105,13 +112,17 @@ const char* IsaName(Isa isa) {
 }
 
 namespace detail {
-// The AVX2 set with the AVX-512 prefill matmul.
+// The AVX2 set with the AVX-512 prefill matmul and affine matvec.
 const KernelTable& Avx512Kernels() {
   static const KernelTable t = [] {
     KernelTable k = Avx2Kernels();
     k.isa = Isa::kAvx512;
     k.matmul_rows = avx512::MatMulRows;
     k.matmul_panel = 32;
+    k.prep_floats = avx512::PrepFloats;
+    k.prepare_x = avx512::PrepareX;
+    k.matvec_rows = avx512::MatVecRows;
+    k.matmul_prepped_rows = avx512::MatMulPreppedRows;
     return k;
   }();
   return t;
@@ -150,15 +161,61 @@ void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin
     kt.matvec_rows(w, x, prep, y, row_begin, row_end);
     return;
   }
-  pool->ParallelFor(static_cast<size_t>(n), static_cast<size_t>(grain),
-                    [&](size_t b, size_t e, int) {
-                      kt.matvec_rows(w, x, prep, y + b, row_begin + static_cast<int64_t>(b),
-                                     row_begin + static_cast<int64_t>(e));
-                    });
+  pool->ParallelFor(
+      static_cast<size_t>(n), static_cast<size_t>(grain),
+      [&](size_t b, size_t e, int) {
+        kt.matvec_rows(w, x, prep, y + b, row_begin + static_cast<int64_t>(b),
+                       row_begin + static_cast<int64_t>(e));
+      },
+      kMatVecChunksPerThread);
 }
 
 void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
   MatVecRows(w, x, y, 0, w.rows, pool);
+}
+
+void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* ys,
+                 ThreadPool* pool) {
+  constexpr int kMaxMulti = 4;
+  CHECK_MSG(0 < count && count <= kMaxMulti, "MatVecMulti takes 1 to {} matrices", kMaxMulti);
+  const auto& kt = detail::Active();
+  // One prepared x per weight format (the layout depends on the type, bits and group).
+  int64_t offset[kMaxMulti], total = 0, rows = 0;
+  for (int i = 0; i < count; ++i) {
+    CheckWeightView(ws[i]);
+    CHECK_MSG(ws[i].cols == ws[0].cols, "MatVecMulti: K {} vs {}", ws[i].cols, ws[0].cols);
+    const bool same_as_previous = i > 0 && ws[i].type == ws[i - 1].type &&
+                                  ws[i].bits == ws[i - 1].bits && ws[i].group == ws[i - 1].group;
+    offset[i] = same_as_previous ? offset[i - 1] : total;
+    if (!same_as_previous) total += (kt.prep_floats(ws[i]) + 15) / 16 * 16;
+    rows += ws[i].rows;
+  }
+  if (rows == 0) return;
+  if (ws[0].cols == 0) {
+    for (int i = 0; i < count; ++i) std::fill(ys[i], ys[i] + ws[i].rows, 0.0f);
+    return;
+  }
+  float* prep = PrepScratch(total);
+  for (int i = 0; i < count; ++i)
+    if (i == 0 || offset[i] != offset[i - 1]) kt.prepare_x(ws[i], x, prep + offset[i]);
+  // Rows [b, e) of the matrices stacked in order.
+  auto run = [&](int64_t b, int64_t e) {
+    int64_t base = 0;
+    for (int i = 0; i < count && base < e; base += ws[i].rows, ++i) {
+      const int64_t r0 = std::max<int64_t>(b - base, 0);
+      const int64_t r1 = std::min<int64_t>(e - base, ws[i].rows);
+      if (r0 < r1) kt.matvec_rows(ws[i], x, prep + offset[i], ys[i] + r0, r0, r1);
+    }
+  };
+  const int64_t grain = RowGrain(ws[0], 16);
+  if (!UsePool(pool, rows, grain)) {
+    run(0, rows);
+    return;
+  }
+  pool->ParallelFor(
+      static_cast<size_t>(rows), static_cast<size_t>(grain),
+      [&](size_t b, size_t e, int) { run(static_cast<int64_t>(b), static_cast<int64_t>(e)); },
+      kMatVecChunksPerThread);
 }
 
 void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
@@ -175,7 +232,7 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
   }
   const auto& kt = detail::Active();
   if (w.type == WeightType::kAffine && m <= kt.small_m) {
-    const int64_t stride = (kt.prep_floats(w) + 7) / 8 * 8;
+    const int64_t stride = (kt.prep_floats(w) + 15) / 16 * 16;
     float* prep = PrepScratch(stride * m);
     for (int64_t i = 0; i < m; ++i) kt.prepare_x(w, x + i * w.cols, prep + i * stride);
     const int64_t grain = std::max<int64_t>(4, RowGrain(w, 16) / m);
@@ -183,11 +240,13 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
       kt.matmul_prepped_rows(w, x, m, prep, stride, y, 0, w.rows);
       return;
     }
-    pool->ParallelFor(static_cast<size_t>(w.rows), static_cast<size_t>(grain),
-                      [&](size_t b, size_t e, int) {
-                        kt.matmul_prepped_rows(w, x, m, prep, stride, y, static_cast<int64_t>(b),
-                                               static_cast<int64_t>(e));
-                      });
+    pool->ParallelFor(
+        static_cast<size_t>(w.rows), static_cast<size_t>(grain),
+        [&](size_t b, size_t e, int) {
+          kt.matmul_prepped_rows(w, x, m, prep, stride, y, static_cast<int64_t>(b),
+                                 static_cast<int64_t>(e));
+        },
+        kMatVecChunksPerThread);
     return;
   }
   // Threads split the weight rows in whole panels (the micro-kernel's width).

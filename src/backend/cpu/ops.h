@@ -20,7 +20,7 @@ namespace rw::cpu {
 // kAvx512 is the AVX2 set with the prefill matmul on 512-bit vectors.
 enum class Isa { kScalar, kAvx2, kAvx512 };
 
-// The best kernel set this CPU supports (AVX2 needs avx2 + fma; AVX-512 also avx512f).
+// The best kernel set this CPU supports (AVX2 needs avx2 + fma; AVX-512 also avx512f/bw/vl/dq).
 Isa DetectedIsa();
 // The kernel set in use: DetectedIsa(), or a lesser one named by REDWING_ISA (scalar, avx2).
 Isa ActiveIsa();
@@ -37,6 +37,10 @@ void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool);
 // Output rows [row_begin, row_end) only: y[r - row_begin] = (W·x)[r].
 void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
                 ThreadPool* pool);
+// ys[i] = ws[i]·x for `count` matrices with the same K, as one parallel job (one wake-up of
+// the pool, x prepared once per weight format): decode's q/k/v and gate/up projections.
+void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* ys,
+                 ThreadPool* pool);
 // Y[M, N] = X[M, K]·Wᵀ (row-major X and Y). Each dequantized weight tile is reused for all M
 // rows, so this is much faster than M MatVec calls.
 void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool);
