@@ -373,23 +373,7 @@ std::vector<int> SyntheticPrompt(int64_t n, int vocab_size, int bos_id, uint64_t
 }
 
 int SampleUnfiltered(std::span<const float> logits, uint64_t seed, int64_t position) {
-  // Sampler::Sample visits candidates by descending logit (then ascending id) and keeps the
-  // first strictly larger score: the winner is the largest score, ties to the larger logit, then
-  // the smaller id.
-  int best = -1;
-  double best_score = 0, best_logit = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double z = logits[i];
-    if (std::isnan(z)) continue;
-    const int id = static_cast<int>(i);
-    const double s = z + GumbelNoise(seed, position, id);
-    if (best < 0 || s > best_score || (s == best_score && z > best_logit)) {
-      best = id;
-      best_score = s;
-      best_logit = z;
-    }
-  }
-  return best < 0 ? 0 : best;
+  return GumbelMaxDraw(logits, 1.0, seed, position);
 }
 
 // --- The benchmark -----------------------------------------------------------------------

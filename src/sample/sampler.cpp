@@ -46,6 +46,49 @@ double GumbelNoise(uint64_t seed, int64_t position, int32_t token) {
   return -std::log(-std::log(CounterUniform(seed, position, token)));
 }
 
+namespace {
+
+// A candidate needing noise g >= d to beat the best score so far is out when its uniform u
+// gives g(u) = −log(−log u) < d, i.e. u < exp(−exp(−d)). kReject[k] is that bound at d = k/8,
+// lowered by a relative 1e-9: as g is increasing, u < kReject[floor(8d)] means g(u) falls short
+// of d by far more than the rounding of the computed score, so the candidate scores strictly
+// below the best and can neither win nor tie. Past d = 40 the bound is 1 − 1e-9.
+constexpr int kRejectSteps = 8 * 40;
+
+struct RejectTable {
+  double bound[kRejectSteps];
+  RejectTable() {
+    for (int k = 0; k < kRejectSteps; ++k)
+      bound[k] = std::exp(-std::exp(-static_cast<double>(k) / 8.0)) * (1.0 - 1e-9);
+  }
+};
+
+}  // namespace
+
+int32_t GumbelMaxDraw(std::span<const float> z, double t, uint64_t seed, int64_t position) {
+  static const RejectTable table;
+  const int32_t n = static_cast<int32_t>(z.size());
+  int32_t best = 0;
+  double best_score = -std::numeric_limits<double>::infinity(), best_logit = best_score;
+  for (int32_t i = 0; i < n; ++i) {
+    if (std::isnan(z[i])) continue;
+    const double logit = z[i] / t;
+    const double u = CounterUniform(seed, position, i);
+    const double need = best_score - logit;  // the noise it takes to reach the best
+    if (need > 0.0) {
+      const int k = need >= kRejectSteps / 8.0 ? kRejectSteps - 1 : static_cast<int>(need * 8.0);
+      if (u < table.bound[k]) continue;
+    }
+    const double s = logit + -std::log(-std::log(u));
+    if (s > best_score || (s == best_score && logit > best_logit)) {
+      best_score = s;
+      best_logit = logit;
+      best = i;
+    }
+  }
+  return best;
+}
+
 std::vector<Sampler::Candidate> Sampler::Candidates(std::span<const float> logits,
                                                     std::span<const int32_t> context) {
   const int32_t n = static_cast<int32_t>(logits.size());
@@ -126,27 +169,13 @@ void Sampler::Filter(std::vector<Candidate>& c) const {
 // larger logit, then the lower id: the order the general path visits candidates in.
 int32_t Sampler::SampleUnfiltered(std::span<const float> logits, int64_t position,
                                   std::span<const int32_t> context) {
-  const int32_t n = static_cast<int32_t>(logits.size());
-  const float* z = logits.data();
+  std::span<const float> z = logits;
   if (p_.repetition_penalty != 1.0f) {
     scratch_.assign(logits.begin(), logits.end());
     ApplyRepetitionPenalty(scratch_, context, p_.repetition_penalty);
-    z = scratch_.data();
+    z = scratch_;
   }
-  const double t = p_.temperature;
-  int32_t best = 0;
-  double best_score = -std::numeric_limits<double>::infinity(), best_logit = best_score;
-  for (int32_t i = 0; i < n; ++i) {
-    if (std::isnan(z[i])) continue;
-    const double logit = z[i] / t;
-    const double s = logit + GumbelNoise(p_.seed, position, i);
-    if (s > best_score || (s == best_score && logit > best_logit)) {
-      best_score = s;
-      best_logit = logit;
-      best = i;
-    }
-  }
-  return best;
+  return GumbelMaxDraw(z, p_.temperature, p_.seed, position);
 }
 
 int32_t Sampler::Sample(std::span<const float> logits, int64_t position,

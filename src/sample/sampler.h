@@ -28,6 +28,11 @@ struct SamplingParams {
 double CounterUniform(uint64_t seed, int64_t position, int32_t token);
 // Standard Gumbel noise −log(−log(u)) for the same counter.
 double GumbelNoise(uint64_t seed, int64_t position, int32_t token);
+// The Gumbel-max draw over every logit: argmax of z[i]/t + GumbelNoise(seed, position, i),
+// NaN logits skipped, ties to the larger z/t and then the lower id (the order the filtered path
+// visits candidates in). Exactly that argmax, but most candidates are rejected from their
+// uniform alone, without the two logarithms.
+int32_t GumbelMaxDraw(std::span<const float> z, double t, uint64_t seed, int64_t position);
 
 class Sampler {
  public:

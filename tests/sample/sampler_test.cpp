@@ -84,6 +84,37 @@ TEST(Sampler, UnfilteredDrawIsTheGumbelMaxDefinition) {
   }
 }
 
+// The draw rejects most candidates from their uniform alone; it must pick exactly what scoring
+// every candidate picks: a full Gemma-sized vocabulary, narrow and wide logit spreads (wide:
+// the best lead is large, nearly everything is rejected), infinities, NaN, exact ties, and a
+// temperature.
+TEST(Sampler, GumbelMaxDrawEqualsScoringEveryToken) {
+  std::mt19937 rng(9);
+  for (float spread : {0.01f, 1.0f, 8.0f, 60.0f}) {
+    std::normal_distribution<float> nd(0.0f, spread);
+    std::vector<float> z(262144);
+    for (float& v : z) v = nd(rng);
+    for (int64_t pos = 0; pos < 6; ++pos) {
+      if (pos == 2) z[1000] = -std::numeric_limits<float>::infinity();
+      if (pos == 3) z[77] = std::nanf("");
+      if (pos == 4) std::fill(z.begin() + 500, z.begin() + 900, 3.0f * spread);  // ties
+      if (pos == 5) z[4242] = std::numeric_limits<float>::infinity();
+      for (double t : {1.0, 0.7}) {
+        int32_t want = 0;
+        double best = -std::numeric_limits<double>::infinity(), best_logit = best;
+        for (int32_t i = 0; i < static_cast<int32_t>(z.size()); ++i) {
+          if (std::isnan(z[i])) continue;
+          const double logit = z[i] / t;
+          const double sc = logit + GumbelNoise(5, pos, i);
+          if (sc > best || (sc == best && logit > best_logit))
+            best = sc, best_logit = logit, want = i;
+        }
+        ASSERT_EQ(GumbelMaxDraw(z, t, 5, pos), want) << "spread " << spread << " pos " << pos;
+      }
+    }
+  }
+}
+
 TEST(Sampler, FiltersRestrictSupport) {
   auto l = Logits({5.0f, 4.0f, 3.0f, 2.0f, 1.0f, 0.0f});
   {
