@@ -17,7 +17,7 @@ namespace rw::cpu {
 
 // ---- Dispatch ----------------------------------------------------------------------------------
 
-// kAvx512 is the AVX2 set with the prefill matmul on 512-bit vectors.
+// kAvx512 is the AVX2 set with the prefill matmul and the affine matvec on 512-bit vectors.
 enum class Isa { kScalar, kAvx2, kAvx512 };
 
 // The best kernel set this CPU supports (AVX2 needs avx2 + fma; AVX-512 also avx512f/bw/vl/dq).
