@@ -182,6 +182,8 @@ ExpertStoreStats Diff(const ExpertStoreStats& a, const ExpertStoreStats& b) {
   d.prefetches = b.prefetches - a.prefetches;
   d.prefetch_used = b.prefetch_used - a.prefetch_used;
   d.checksum_failures = b.checksum_failures - a.checksum_failures;
+  d.evicted = b.evicted - a.evicted;
+  d.dropped = b.dropped - a.dropped;
   d.wait_seconds = b.wait_seconds - a.wait_seconds;
   return d;
 }
@@ -651,6 +653,8 @@ Json PhaseJson(const PhaseStats& p) {
                   {"bytes_read_per_token", OrNull(p.experts.bytes_read / n, any)},
                   {"prefetches", p.experts.prefetches},
                   {"prefetch_used", p.experts.prefetch_used},
+                  {"evicted_by_kernel", p.experts.evicted},
+                  {"dropped_by_store", p.experts.dropped},
                   {"checksum_failures", p.experts.checksum_failures},
                   {"wait_seconds", p.experts.wait_seconds}};
   j["storage"] = {{"source", "/proc/self/io read_bytes"},

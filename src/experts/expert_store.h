@@ -35,6 +35,8 @@ struct ExpertStoreStats {
   uint64_t prefetches = 0;      // prefetch reads issued
   uint64_t prefetch_used = 0;   // prefetched experts later requested
   uint64_t checksum_failures = 0;
+  uint64_t evicted = 0;     // mmap: experts found evicted by the kernel since they were last read
+  uint64_t dropped = 0;     // mmap: cold experts the store dropped from the page cache itself
   double wait_seconds = 0;  // time compute spent waiting for reads
 };
 

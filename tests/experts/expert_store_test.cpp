@@ -131,6 +131,49 @@ TEST(SlotStore, KeepsTheFrequentExpertAndEvictsTheRarelyUsedOne) {
   EXPECT_EQ(store->stats().bytes_read, 5 * dir->experts()->layers[0].layout.stride);
 }
 
+// Drops the page-cache pages of expert e of `layer` (the test standing in for the kernel's
+// reclaim).
+void EvictFromPageCache(const ModelDir& dir, int layer, int e) {
+  const ExpertLayerInfo& info = dir.experts()->layers[static_cast<size_t>(layer)];
+  const int fd = open(dir.FilePath(info.file).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  const off_t stride = static_cast<off_t>(info.layout.stride);
+  ASSERT_EQ(fdatasync(fd), 0);
+  ASSERT_EQ(posix_fadvise(fd, stride * e, stride, POSIX_FADV_DONTNEED), 0);
+  close(fd);
+}
+
+// Once the kernel has evicted an expert the store had read, the store counts what is resident,
+// aims one below, and before each later read drops the least valuable resident expert itself:
+// the rarely and long-ago used ones go, the frequently used and the requested ones stay.
+TEST(MmapStore, UnderPressureDropsTheLeastUsedExpertsBeforeReading) {
+  auto dir = ModelDir::Open(TinyModel());
+  ASSERT_TRUE(dir.ok());
+  const int layers = static_cast<int>(dir->experts()->layers.size());
+  for (int l = 0; l < layers; ++l)
+    for (int e = 0; e < dir->experts()->num_experts; ++e) EvictFromPageCache(*dir, l, e);
+  auto store = OpenStore(*dir, "mmap", 0);
+  ASSERT_NE(store, nullptr);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(Use(*store, 0, {0}).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Use(*store, 0, {1}).ok());
+  for (int e : {2, 3, 4, 5}) ASSERT_TRUE(Use(*store, 0, {e}).ok());
+  EXPECT_EQ(store->stats().misses, 6u);
+  EXPECT_EQ(store->stats().dropped, 0u);  // no pressure seen: the kernel decides
+  EvictFromPageCache(*dir, 0, 5);
+  ASSERT_TRUE(Use(*store, 0, {5}).ok());
+  EXPECT_EQ(store->stats().evicted, 1u);
+  // Resident: 0-4 (5 experts); the aim is 4, so two go before 5 is read: 2 and 3, used once
+  // and longest ago.
+  EXPECT_EQ(store->stats().dropped, 2u);
+  const uint64_t misses = store->stats().misses;
+  for (int e : {0, 1, 4, 5}) ASSERT_TRUE(Use(*store, 0, {e}).ok());
+  EXPECT_EQ(store->stats().misses, misses);  // all still resident
+  ASSERT_TRUE(Use(*store, 0, {2}).ok());
+  EXPECT_EQ(store->stats().misses, misses + 1);  // dropped: read again (and one more dropped)
+  EXPECT_EQ(store->stats().dropped, 3u);
+  EXPECT_EQ(store->stats().evicted, 1u);  // dropped by the store, not found evicted
+}
+
 TEST(SlotStore, EarlyReadsAreUsedAndNeverEvictHeldExperts) {
   auto dir = ModelDir::Open(TinyModel());
   ASSERT_TRUE(dir.ok());
