@@ -262,7 +262,7 @@ class MmapExpertStore final : public ExpertStore {
   }
 
   // Before a read: at or above the aim, drop the least valuable resident expert that is not
-  // part of the current request nor being read early.
+  // part of the current request, of a layer another request holds, nor being read early.
   void MakeRoom(int layer, std::span<const int> requested) {
     if (target_ < 0 || regions_out_) return;
     if (++misses_since_aim_ >= kGrowEvery) {
@@ -273,6 +273,8 @@ class MmapExpertStore final : public ExpertStore {
       int vl = -1, ve = -1;
       for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
         const Layer& L = layers_[l];
+        // Another session's request may be computing on this layer's experts right now.
+        if (L.busy && l != layer) continue;
         for (int e = 0; e < num_experts_; ++e) {
           if (!L.held[e] || L.prefetched[e]) continue;
           if (l == layer && std::find(requested.begin(), requested.end(), e) != requested.end())
