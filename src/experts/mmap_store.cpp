@@ -375,7 +375,7 @@ class MmapExpertStore final : public ExpertStore {
   int64_t held_count_ = 0;
   int64_t target_ = -1;  // experts to keep resident; -1: no pressure seen, the kernel decides
   int misses_since_aim_ = 0;
-  mutable bool regions_out_ = false;
+  mutable std::atomic<bool> regions_out_{false};
   std::unique_ptr<ReadQueue> io_;
 };
 
