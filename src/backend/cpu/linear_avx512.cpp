@@ -12,25 +12,16 @@
 
 #include <new>
 
+#include "backend/cpu/avx512_util.h"
 #include "backend/cpu/linear_avx2.h"
 
 namespace rw::cpu::avx512 {
 namespace {
 
-#if defined(__GNUC__)
-#define RW_UNROLL _Pragma("GCC unroll 16")
-#else
-#define RW_UNROLL
-#endif
-
 constexpr int kNr = 32;        // weight rows per panel (two 16-lane vectors)
 constexpr int kMr = 12;        // X rows per micro-tile
 constexpr int kKc = 256;       // panel depth: 32 KB of fp32 (L1 holds 48 KB on the CPUs with it)
 constexpr int kMc = 43 * kMr;  // X rows packed at once: ~5.8 MB at K = 2,816 (L2/L3)
-
-inline int64_t Min64(int64_t a, int64_t b) {
-  return a < b ? a : b;
-}
 
 // c[i][0..32) (+)= Σ_k a[k][i]·bp[k][0..32) for i < kRows (a packed as [k][kMr]).
 template <int kRows>

@@ -17,21 +17,12 @@
 // only).
 #include <immintrin.h>
 
+#include "backend/cpu/avx512_util.h"
 #include "backend/cpu/linear_avx2.h"
 #include "backend/cpu/linear_avx512.h"
 
 namespace rw::cpu::avx512 {
 namespace {
-
-#if defined(__GNUC__)
-#define RW_UNROLL _Pragma("GCC unroll 16")
-#else
-#define RW_UNROLL
-#endif
-
-inline int64_t Min64(int64_t a, int64_t b) {
-  return a < b ? a : b;
-}
 
 // Elements per word, weights per 16-word block, words per group.
 template <int kBits, int kGroup>
