@@ -217,7 +217,7 @@ bool Session::on_gpu() const {
 }
 
 Status Session::RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits,
-                         ForwardStats* st) {
+                         ForwardStats* st, const std::atomic<bool>* cancel) {
 #ifdef REDWING_HAVE_CUDA
   if (cuda_) {
     Status s = cuda_->Run(ids, m, position(), rows, logits, st);
@@ -225,7 +225,7 @@ Status Session::RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logi
     return s;
   }
 #endif
-  return fwd_->Run(*kv_, ids, m, position(), rows, logits, engine_->pool(), st);
+  return fwd_->Run(*kv_, ids, m, position(), rows, logits, engine_->pool(), st, cancel);
 }
 
 Status Session::OnGpuFault(const Status& fault, const int* ids, int64_t m, LogitsRows rows,
@@ -337,8 +337,9 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
         return st;
       }
     } else {
-      Status st = RunChunk(&ids[i], m, rows, out, &call.parts);
-      // On failure the session keeps the chunks that completed (cache and tokens agree).
+      Status st = RunChunk(&ids[i], m, rows, out, &call.parts, cancel);
+      // On failure (or a cancel inside the chunk) the session keeps the chunks that completed:
+      // the failed chunk's K/V sit past position() and overwrote nothing it still needs.
       if (!st.ok()) return st;
     }
     tokens_.insert(tokens_.end(), ids.begin() + i, ids.begin() + i + m);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,9 +25,11 @@ namespace rw {
 
 struct EngineOptions {
   std::string model_dir;
-  int threads = 0;              // 0: ThreadPool::Default() (REDWING_THREADS or all cores)
-  int64_t max_context = 8192;   // capped by the model's max_position_embeddings
-  int64_t prefill_chunk = 128;  // tokens per forward call during prefill
+  int threads = 0;             // 0: ThreadPool::Default() (REDWING_THREADS or all cores)
+  int64_t max_context = 8192;  // capped by the model's max_position_embeddings
+  // Tokens per forward call during prefill: bigger chunks share each weight read among more
+  // tokens (on two cores 512 prefills ~1.3-1.5x faster than 128; docs/PERFORMANCE.md).
+  int64_t prefill_chunk = 512;
   // CPU: a prompt longer than one chunk runs layer by layer over spans of up to this many tokens
   // (every chunk of the span through layer L before layer L+1), so each routed expert the span
   // uses is read once per span rather than once per chunk. 0: chunk by chunk. Costs
@@ -151,9 +154,10 @@ class Session {
   // Appends ids at the current position. Returns logits [n][vocab] when all_logits, else the
   // last position's [vocab]. Empty input, ids outside the vocabulary or a context beyond
   // max_context are errors that leave the session unchanged. `cancel` (may be null) is polled
-  // between chunks; a cancelled call returns kCancelled. A call that fails or is cancelled part
-  // way keeps the chunks it completed, except inside a layer-major span (Engine::prefill_span),
-  // where the session starts over (position 0): the span's layers were part updated.
+  // before every layer (CPU) and between chunks; a cancelled call returns kCancelled. A call
+  // that fails or is cancelled part way keeps the chunks it completed, except inside a
+  // layer-major span (Engine::prefill_span), where the session starts over (position 0): the
+  // span's layers were part updated.
   Result<std::vector<float>> Prefill(std::span<const int> ids, bool all_logits = false,
                                      const std::atomic<bool>* cancel = nullptr);
   // Appends one token; returns its logits [vocab].
@@ -194,6 +198,10 @@ class Session {
   void set_routing_trace(RoutingTrace* trace) {
     if (fwd_) fwd_->set_routing_trace(trace);
   }
+  // Calls hook(layer) before every decoder layer the CPU forward pass runs (tests).
+  void set_before_layer(std::function<void(int layer)> hook) {
+    if (fwd_) fwd_->set_before_layer(std::move(hook));
+  }
   // Times this session's forward pass waited for the GPU (0 on the CPU backend).
   uint64_t host_syncs() const;
   // Whether this session runs on the GPU (false on the CPU backend and after a failover).
@@ -213,7 +221,9 @@ class Session {
   void RecordDecode(int id, CallStats call, double seconds);
   // The distinct ids a repetition penalty touches in this context (none when it is 1).
   std::vector<int32_t> PenaltyIds(float repetition_penalty, const std::vector<int>& context) const;
-  Status RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits, ForwardStats* st);
+  // `cancel` (may be null) is polled before every layer on the CPU; the GPU runs a chunk whole.
+  Status RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits, ForwardStats* st,
+                  const std::atomic<bool>* cancel = nullptr);
   void BuildCpu();
   // The call at position() (ids[0..m)) met a CUDA error: close the session, or finish the call
   // on the CPU and stay there (the engine's fault policy).

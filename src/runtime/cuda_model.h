@@ -30,7 +30,7 @@ struct CudaLayer {
 
 struct CudaModelOptions {
   uint64_t vram_budget = 0;  // bytes for everything on the GPU; 0: all experts resident
-  int64_t max_context = 8192, prefill_chunk = 128;
+  int64_t max_context = 8192, prefill_chunk = 512;
   CudaExpertCacheOptions experts;  // under a budget: mapped or copy path, promotions
 };
 

@@ -103,7 +103,8 @@ ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
 }
 
 Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
-                        float* logits, ThreadPool* pool, ForwardStats* stats) {
+                        float* logits, ThreadPool* pool, ForwardStats* stats,
+                        const std::atomic<bool>* cancel) {
   CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
   ForwardStats local;
   ForwardStats* st = stats != nullptr ? stats : &local;
@@ -113,7 +114,7 @@ Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, Lo
   Embed(ids, m);
   RopeTables(pos0, m);
   st->embed_s += sw.Seconds();
-  return Layers(0, kv, m, pos0, rows, logits, pool, st);
+  return Layers(0, kv, m, pos0, rows, logits, pool, st, cancel);
 }
 
 Status ForwardPass::RunFrom(KvCache& kv, const float* x, int first_layer, int64_t m, int64_t pos0,
@@ -130,16 +131,22 @@ Status ForwardPass::RunFrom(KvCache& kv, const float* x, int first_layer, int64_
   // The trace gets a call's tokens when it runs every layer; one that starts later has none.
   RoutingTrace* trace = std::exchange(trace_, first_layer > 0 ? nullptr : trace_);
   BeginTrace(m);
-  Status s = Layers(first_layer, kv, m, pos0, rows, logits, pool, st);
+  Status s = Layers(first_layer, kv, m, pos0, rows, logits, pool, st, /*cancel=*/nullptr);
   trace_ = trace;
   return s;
 }
 
 Status ForwardPass::Layers(int first, KvCache& kv, int64_t m, int64_t pos0, LogitsRows rows,
-                           float* logits, ThreadPool* pool, ForwardStats* st) {
+                           float* logits, ThreadPool* pool, ForwardStats* st,
+                           const std::atomic<bool>* cancel) {
   // A layer fails only when the expert store cannot deliver (a streaming store's read error).
-  for (int li = first; li < c_.num_layers; ++li)
+  for (int li = first; li < c_.num_layers; ++li) {
+    if (before_layer_) before_layer_(li);
+    // One layer of a 512-token chunk is under a second on two cores; a whole chunk is not.
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
+      return Error(ErrorCode::kCancelled, "prefill cancelled at layer {}", li);
     RW_RETURN_IF_ERROR(DecoderLayer(li, kv, m, pos0, pool, st));
+  }
   Stopwatch sw;
   if (rows == LogitsRows::kAll)
     Head(0, m, logits, pool);
@@ -170,6 +177,7 @@ Status ForwardPass::RunLayerMajor(KvCache& kv, const int* ids, int64_t n, int64_
   st->embed_s += sw.Seconds();
   // The chunks' residuals take turns in x_, where DecoderLayer works.
   for (int li = 0; li < c_.num_layers; ++li) {
+    if (before_layer_) before_layer_(li);
     for (int64_t c = 0; c < chunks; ++c) {
       if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
         return Error(ErrorCode::kCancelled, "prefill cancelled at layer {}", li);

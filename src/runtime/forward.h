@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -46,12 +47,19 @@ class ForwardPass {
   int64_t max_chunk() const { return max_chunk_; }
   // Records every token's routing into trace (null: off); the caller keeps it alive.
   void set_routing_trace(RoutingTrace* trace) { trace_ = trace; }
+  // Called with the layer's index before every decoder layer runs (null: none). For tests that
+  // need to act at a given point of a call, such as cancelling part way through a chunk.
+  void set_before_layer(std::function<void(int layer)> hook) { before_layer_ = std::move(hook); }
 
   // Runs tokens ids[0..m) at positions pos0..pos0+m−1 (1 <= m <= max_chunk), stores their K/V
   // in kv, and writes logits: kAll → m rows, kLast → the last row, kNone → nothing. The caller
   // has validated ids, positions and the cache's history (positions before pos0 present).
+  // `cancel` (may be null) is polled before every layer; a cancelled call returns kCancelled
+  // having written K/V of positions pos0.. in the layers before, which the cache's history
+  // does not include: the positions before pos0 stay intact (a sliding ring has room for a
+  // whole chunk past its window), so the timeline simply stays at pos0.
   Status Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
-             ThreadPool* pool, ForwardStats* stats);
+             ThreadPool* pool, ForwardStats* stats, const std::atomic<bool>* cancel = nullptr);
   // Runs ids[0..n) (any n >= 1) layer by layer: every chunk of up to max_chunk tokens goes
   // through layer L before any goes through layer L+1, so the routed experts a long prompt uses
   // are wanted once per layer instead of once per chunk (a streaming store holds one layer's
@@ -78,7 +86,7 @@ class ForwardPass {
   void BeginTrace(int64_t n);
   // Layers first.. and the head over the residual in x_ (Run and RunFrom's common part).
   Status Layers(int first, KvCache& kv, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
-                ThreadPool* pool, ForwardStats* st);
+                ThreadPool* pool, ForwardStats* st, const std::atomic<bool>* cancel);
   Status DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool,
                       ForwardStats* st);
   void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);
@@ -120,6 +128,7 @@ class ForwardPass {
   std::vector<float> early_r_, early_logits_;  // the next layer's router guess
   std::vector<int> early_guess_;
   RoutingTrace* trace_ = nullptr;
+  std::function<void(int)> before_layer_;
   int64_t trace_base_ = 0;  // the first token of this call in trace_
   // The current chunk's first token within the call (layer-major calls run several chunks):
   // its row in the RoPE tables and, after trace_base_, in the routing trace.

@@ -46,7 +46,7 @@ struct ModelOpenOptions {
   // slots store: the memory budget the planner divides (0: a slot for every expert).
   uint64_t memory_budget = 0;
   // What the planner reserves for the KV cache and scratch.
-  int64_t max_context = 8192, prefill_chunk = 128;
+  int64_t max_context = 8192, prefill_chunk = 512;
   int64_t prefill_span = 0;  // tokens per layer-major prefill call (0: none), for the planner
   std::string early_expert_read = "off";  // off | router | fitted
   // Lock the core file's pages in memory (mlock). Every token reads the whole core, so under

@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <span>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -208,6 +211,49 @@ TEST(EngineTest, PrefillSpanOptionIsValidated) {
   auto c = s->Prefill(Ids(40, 512), false, &cancel);
   EXPECT_EQ(c.status().code(), ErrorCode::kCancelled);
   EXPECT_EQ(s->position(), 5);
+}
+
+// A cancel between two layers of a chunk stops the call there; the session stays at the chunk's
+// start, and running the chunk again gives exactly what an uncancelled session gives, also after
+// the sliding ring (window 16) has wrapped.
+TEST(EngineTest, CancelInsideAChunkKeepsTheTimeline) {
+  auto engine = Load(256, 8, /*span=*/0);
+  ASSERT_NE(engine, nullptr);
+  const int V = engine->config().vocab_size, L = engine->config().num_layers;
+  ASSERT_GE(L, 2);
+  const std::vector<int> ids = Ids(45, V);
+  const std::span<const int> all(ids);
+  auto plain = engine->NewSession();
+  ASSERT_TRUE(plain->Prefill(all.first(37)).ok());
+  auto want = plain->Prefill(all.subspan(37, 8), /*all_logits=*/true);
+  ASSERT_TRUE(want.ok());
+  auto next = plain->Decode(7);
+  ASSERT_TRUE(next.ok());
+
+  for (int stop_at : {1, L - 1}) {
+    SCOPED_TRACE(testing::Message() << "cancel before layer " << stop_at);
+    auto s = engine->NewSession();
+    ASSERT_TRUE(s->Prefill(all.first(37)).ok());
+    std::atomic<bool> cancel{false};
+    std::vector<int> seen;
+    s->set_before_layer([&](int layer) {
+      seen.push_back(layer);
+      if (layer == stop_at) cancel = true;
+    });
+    auto c = s->Prefill(all.subspan(37, 8), true, &cancel);
+    ASSERT_EQ(c.status().code(), ErrorCode::kCancelled);
+    EXPECT_NE(c.status().message().find("layer " + std::to_string(stop_at)), std::string::npos)
+        << c.status().message();
+    EXPECT_EQ(seen.back(), stop_at);  // nothing ran past the cancel
+    EXPECT_EQ(s->position(), 37);
+    s->set_before_layer(nullptr);
+    auto again = s->Prefill(all.subspan(37, 8), true);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(std::memcmp(again->data(), want->data(), want->size() * sizeof(float)), 0);
+    auto step = s->Decode(7);
+    ASSERT_TRUE(step.ok());
+    EXPECT_EQ(std::memcmp(step->data(), next->data(), next->size() * sizeof(float)), 0);
+  }
 }
 
 TEST(EngineTest, RewindReplaysTheSameLogits) {
