@@ -21,7 +21,7 @@ int Logits(const Args& args) {
   flags.String("out", "", "output file for the raw logits");
   flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
   flags.Int("max-context", 8192, "maximum context length");
-  flags.Int("prefill-chunk", 512, "tokens per forward call");
+  flags.Int("prefill-chunk", 0, "tokens per forward call (0: 512, or 128 with --vram-budget)");
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("logits", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);

@@ -14,7 +14,8 @@ void AddEngineFlags(Flags& flags) {
   flags.String("model", "", "model directory (required)");
   flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
   flags.Int("max-context", 8192, "maximum context length in tokens");
-  flags.Int("prefill-chunk", 512, "tokens per forward call during prefill");
+  flags.Int("prefill-chunk", 0,
+            "tokens per forward call during prefill (0: 512, or 128 with --vram-budget)");
   flags.Int("prefill-span", 4096,
             "cpu: prompts longer than a chunk run layer by layer over spans of up to this many "
             "tokens, so each routed expert is read once per span instead of once per chunk "

@@ -587,6 +587,7 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
   rep.load_file = rss.file;
   rep.config = engine->config();
   rep.threads = engine->pool() != nullptr ? engine->pool()->size() : 1;
+  rep.prefill_chunk = engine->prefill_chunk();
   rep.prefill_span = engine->prefill_span();
   rep.backend = engine->backend();
   rep.cuda_experts = engine->cuda_expert_path();
@@ -726,7 +727,7 @@ Json BenchReportToJson(const BenchReport& r) {
                   {"core_lock", r.core_lock},
                   {"early_expert_read", o.engine.early_expert_read},
                   {"threads", r.threads},
-                  {"prefill_chunk", o.engine.prefill_chunk},
+                  {"prefill_chunk", r.prefill_chunk},
                   {"prefill_span", r.prefill_span},
                   {"max_context", o.engine.max_context},
                   {"prompt_tokens", o.prompt_tokens},
@@ -813,7 +814,7 @@ std::string BenchReportTable(const BenchReport& r) {
                    r.options.engine.early_expert_read, r.threads,
                    r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
   line(fmt::format(
-      "prefill: chunks of {} tokens{}", r.options.engine.prefill_chunk,
+      "prefill: chunks of {} tokens{}", r.prefill_chunk,
       r.prefill_span > 0
           ? fmt::format(", layer by layer over spans of up to {} tokens", r.prefill_span)
           : std::string(", one chunk through every layer at a time")));

@@ -152,7 +152,8 @@ struct BenchReport {
   uint64_t load_anon = 0, load_file = 0;  // RSS right after load
   ProcIo load_io;                         // read from storage during load
   int threads = 0;
-  int64_t prefill_span = 0;  // tokens per layer-major prefill call (0: chunk by chunk)
+  int64_t prefill_chunk = 0;  // tokens per forward call (the engine's choice when auto)
+  int64_t prefill_span = 0;   // tokens per layer-major prefill call (0: chunk by chunk)
   std::vector<BenchCase> cases;
 };
 

@@ -31,9 +31,15 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   if (o.max_context <= 0)
     return Error(ErrorCode::kInvalidArgument, "max context must be positive, not {}",
                  o.max_context);
-  if (o.prefill_chunk <= 0 || o.prefill_chunk > 4096)
-    return Error(ErrorCode::kInvalidArgument, "prefill chunk must be in 1..4096, not {}",
+  if (o.prefill_chunk < 0 || o.prefill_chunk > 4096)
+    return Error(ErrorCode::kInvalidArgument, "prefill chunk must be in 1..4096 (0: auto), not {}",
                  o.prefill_chunk);
+  // Auto: 512 tokens share each weight read among many tokens, except on a GPU under a VRAM
+  // budget, where a 512-token chunk's scratch would take ~100 experts' room from the VRAM
+  // cache (decode 103 → 95 tok/s at 4G on an H200 for prefill 736 → 2,003 tok/s).
+  const int64_t chunk = o.prefill_chunk > 0
+                            ? o.prefill_chunk
+                            : (o.backend == "cuda" && o.vram_budget > 0 ? 128 : 512);
   if (o.prefill_span < 0)
     return Error(ErrorCode::kInvalidArgument, "prefill span must be >= 0 tokens, not {}",
                  o.prefill_span);
@@ -67,13 +73,13 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   mo.lock_core = o.lock_core;
   mo.memory_budget = o.memory_budget;
   mo.max_context = std::max<int64_t>(1, o.max_context);
-  mo.prefill_chunk = o.prefill_chunk;
+  mo.prefill_chunk = chunk;
   // A span no longer than a chunk is just a chunk; none can exceed the context.
   const int64_t span = std::min(o.prefill_span, mo.max_context);
-  mo.prefill_span = o.backend == "cpu" && span > o.prefill_chunk ? span : 0;
+  mo.prefill_span = o.backend == "cpu" && span > chunk ? span : 0;
   RW_ASSIGN_OR_RETURN(e->model_, RuntimeModel::Open(o.model_dir, mo));
   e->max_context_ = std::min<int64_t>(o.max_context, e->model_->config().max_position_embeddings);
-  e->prefill_chunk_ = std::min(o.prefill_chunk, e->max_context_);
+  e->prefill_chunk_ = std::min(chunk, e->max_context_);
   e->prefill_span_ =
       mo.prefill_span > e->prefill_chunk_ ? std::min(mo.prefill_span, e->max_context_) : 0;
   if (o.threads > 0) {

@@ -27,9 +27,10 @@ struct EngineOptions {
   std::string model_dir;
   int threads = 0;             // 0: ThreadPool::Default() (REDWING_THREADS or all cores)
   int64_t max_context = 8192;  // capped by the model's max_position_embeddings
-  // Tokens per forward call during prefill: bigger chunks share each weight read among more
-  // tokens (on two cores 512 prefills ~1.3-1.5x faster than 128; docs/PERFORMANCE.md).
-  int64_t prefill_chunk = 512;
+  // Tokens per forward call during prefill; 0: auto (512, or 128 on a GPU under a VRAM budget).
+  // Bigger chunks share each weight read among more tokens: on two cores 512 prefills 1.2-1.5x
+  // faster than 128 (docs/PERFORMANCE.md).
+  int64_t prefill_chunk = 0;
   // CPU: a prompt longer than one chunk runs layer by layer over spans of up to this many tokens
   // (every chunk of the span through layer L before layer L+1), so each routed expert the span
   // uses is read once per span rather than once per chunk. 0: chunk by chunk. Costs

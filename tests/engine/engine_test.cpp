@@ -193,6 +193,19 @@ TEST(EngineTest, LayerMajorSpansAreBitIdenticalToChunkByChunk) {
   EXPECT_EQ(runs[0].trace.tokens(), 53);
 }
 
+TEST(EngineTest, PrefillChunkZeroIsTheDefault) {
+  // On the CPU auto is 512 tokens, capped by the context.
+  EXPECT_EQ(Load(2048, 0)->prefill_chunk(), 512);
+  EXPECT_EQ(Load(256, 0)->prefill_chunk(), 256);
+  EngineOptions o;
+  o.model_dir = TinyModelDir();
+  o.prefill_chunk = -1;
+  auto e = Engine::Load(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("prefill chunk must be in 1..4096"), std::string::npos)
+      << e.status().message();
+}
+
 TEST(EngineTest, PrefillSpanOptionIsValidated) {
   EngineOptions o;
   o.model_dir = TinyModelDir();
