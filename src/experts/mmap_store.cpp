@@ -24,6 +24,7 @@
 #include "base/check.h"
 #include "base/hash.h"
 #include "base/timer.h"
+#include "base/trace.h"
 #include "experts/blob_read.h"
 #include "experts/expert_store.h"
 #include "experts/read_queue.h"
@@ -291,7 +292,9 @@ class MmapExpertStore final : public ExpertStore {
       }
       if (vl < 0) return;
       Layer& V = layers_[vl];
-      // Unmap it from this process, then drop the clean pages from the page cache.
+      // Unmap it from this process, then drop the clean pages from the page cache (~0.75 ms;
+      // doing it on the read's I/O thread instead was slower: the read then waits behind it).
+      TraceScope t("drop", "io", "expert", ve);
       madvise(const_cast<uint8_t*>(Blob(V, ve)), V.src.stride, MADV_DONTNEED);
       posix_fadvise(V.src.fd, static_cast<off_t>(V.src.stride * ve),
                     static_cast<off_t>(V.src.stride), POSIX_FADV_DONTNEED);
