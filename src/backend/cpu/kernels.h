@@ -69,4 +69,8 @@ const KernelTable& Avx512Kernels();
 // The table selected by ActiveIsa().
 const KernelTable& Active();
 
+// Scratch for the matmul kernels' packed X, per calling thread, 64-byte aligned, valid until the
+// thread's next call. Defined in portable code so no container is instantiated with AVX code.
+float* PackScratch(int64_t floats);
+
 }  // namespace rw::cpu::detail

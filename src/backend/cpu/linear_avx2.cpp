@@ -23,9 +23,12 @@
 #include <immintrin.h>
 
 #include "backend/cpu/avx2_math.h"
+#include "backend/cpu/kernels.h"
 
 namespace rw::cpu::avx2 {
 namespace {
+
+using detail::PackScratch;
 
 inline int64_t Min64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -389,6 +392,7 @@ void MatVecDense(const WeightView& w, const float* x, float* y, int64_t r0, int6
 constexpr int kNr = 16;   // weight rows per panel (two 8-lane vectors)
 constexpr int kMr = 6;    // X rows per micro-tile: 12 accumulators + 2 panel vectors + 1 broadcast
 constexpr int kKc = 256;  // panel depth: 16 KB of fp32, fits L1; a multiple of every group size
+constexpr int kMc = 86 * kMr;  // X rows per pass over the weights: 516, a 512-token chunk
 
 inline void Transpose8x8(__m256* r) {
   __m256 t[8], s[8];
@@ -514,10 +518,9 @@ void PackPanel(const WeightView& w, int64_t n0, int nr, int64_t kc, int kl, floa
 // ---- Matmul: micro-kernel
 // ------------------------------------------------------------------------
 
-// c[i][0..16) (+)= Σ_k a[i][k]·bp[k][0..16) for i < kRows.
+// c[i][0..16) (+)= Σ_k a[k][i]·bp[k][0..16) for i < kRows (a packed as [k][kMr]).
 template <int kRows>
-void MicroKernel(const float* a, int64_t lda, const float* bp, int kl, float* c, int64_t ldc,
-                 bool accumulate) {
+void MicroKernel(const float* a, const float* bp, int kl, float* c, int64_t ldc, bool accumulate) {
   __m256 c0[kRows], c1[kRows];
   RW_UNROLL
   for (int i = 0; i < kRows; ++i) {
@@ -529,7 +532,7 @@ void MicroKernel(const float* a, int64_t lda, const float* bp, int kl, float* c,
     const __m256 b1 = _mm256_load_ps(bp + k * kNr + 8);
     RW_UNROLL
     for (int i = 0; i < kRows; ++i) {
-      const __m256 av = _mm256_broadcast_ss(a + i * lda + k);
+      const __m256 av = _mm256_broadcast_ss(a + k * kMr + i);
       c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
       c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
     }
@@ -541,28 +544,36 @@ void MicroKernel(const float* a, int64_t lda, const float* bp, int kl, float* c,
   }
 }
 
-void RunMicro(int rows, const float* a, int64_t lda, const float* bp, int kl, float* c, int64_t ldc,
-              bool accumulate) {
-  switch (rows) {
-    case 1:
-      MicroKernel<1>(a, lda, bp, kl, c, ldc, accumulate);
-      break;
-    case 2:
-      MicroKernel<2>(a, lda, bp, kl, c, ldc, accumulate);
-      break;
-    case 3:
-      MicroKernel<3>(a, lda, bp, kl, c, ldc, accumulate);
-      break;
-    case 4:
-      MicroKernel<4>(a, lda, bp, kl, c, ldc, accumulate);
-      break;
-    case 5:
-      MicroKernel<5>(a, lda, bp, kl, c, ldc, accumulate);
-      break;
-    default:
-      MicroKernel<6>(a, lda, bp, kl, c, ldc, accumulate);
-      break;
+template <int kRows>
+void RunMicroAt(int rows, const float* a, const float* bp, int kl, float* c, int64_t ldc,
+                bool accumulate) {
+  if constexpr (kRows > 1) {
+    if (rows < kRows) {
+      RunMicroAt<kRows - 1>(rows, a, bp, kl, c, ldc, accumulate);
+      return;
+    }
   }
+  MicroKernel<kRows>(a, bp, kl, c, ldc, accumulate);
+}
+
+// X rows [0, rows) (rows ≤ kMr, row stride k_total) × columns [kc, kc + kl) into a[k][kMr]:
+// 8 columns of 8 rows (rows past `rows` as zeros) transposed in registers, then each column
+// stored as a whole vector in ascending k, so the next store overwrites the 8 − kMr lanes that
+// spilled into it. The last store spills past the tile: the scratch has kPackSlack floats more.
+constexpr int kPackSlack = 8;
+void PackX(const float* x, int64_t k_total, int rows, int64_t kc, int kl, float* a) {
+  int k = 0;
+  for (; k + 8 <= kl; k += 8) {
+    __m256 r[8];
+    RW_UNROLL
+    for (int i = 0; i < 8; ++i)
+      r[i] = i < rows ? _mm256_loadu_ps(x + i * k_total + kc + k) : _mm256_setzero_ps();
+    Transpose8x8(r);
+    RW_UNROLL
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(a + (k + j) * kMr, r[j]);
+  }
+  for (; k < kl; ++k)
+    for (int i = 0; i < kMr; ++i) a[k * kMr + i] = i < rows ? x[i * k_total + kc + k] : 0.0f;
 }
 
 }  // namespace
@@ -648,29 +659,44 @@ void MatMulRows(const WeightView& w, const float* x, int64_t m, float* y, int64_
   alignas(64) float bp[kKc * kNr];
   alignas(32) float tile[kMr * kNr];
   const int64_t k_total = w.cols, n_total = w.rows;
-  for (int64_t n0 = r0; n0 < r1; n0 += kNr) {
-    const int nr = static_cast<int>(Min64(kNr, r1 - n0));
+  for (int64_t m0 = 0; m0 < m; m0 += kMc) {
+    const int64_t mc = Min64(kMc, m - m0);
+    // Rows in ceil(mc/6) tiles of near-equal height (8 rows: 4+4, not 6+2). For each kc block
+    // the tiles are packed as [tile][k][6] (~0.5 MB at mc = 516: stays in L2) and every weight
+    // panel of the block runs against all of them.
+    const int64_t tiles = (mc + kMr - 1) / kMr;
+    float* const ap = PackScratch(tiles * kKc * kMr + kPackSlack);
+    auto tile_rows = [&](int64_t t, int64_t* mb) {
+      *mb = m0 + mc * t / tiles;
+      return static_cast<int>(m0 + mc * (t + 1) / tiles - *mb);
+    };
     for (int64_t kc = 0; kc < k_total; kc += kKc) {
       const int kl = static_cast<int>(Min64(kKc, k_total - kc));
-      PackPanel(w, n0, nr, kc, kl, bp);
-      // Rows in ceil(m/6) tiles of near-equal height (8 rows: 4+4, not 6+2).
-      const int64_t tiles = (m + kMr - 1) / kMr;
       for (int64_t t = 0; t < tiles; ++t) {
-        const int64_t mb = m * t / tiles;
-        const int mr = static_cast<int>(m * (t + 1) / tiles - mb);
-        const float* a = x + mb * k_total + kc;
-        float* yc = y + mb * n_total + n0;
-        if (nr == kNr) {
-          RunMicro(mr, a, k_total, bp, kl, yc, n_total, kc > 0);
-          continue;
+        int64_t mb = 0;
+        const int mr = tile_rows(t, &mb);
+        PackX(x + mb * k_total, k_total, mr, kc, kl, ap + t * kKc * kMr);
+      }
+      for (int64_t n0 = r0; n0 < r1; n0 += kNr) {
+        const int nr = static_cast<int>(Min64(kNr, r1 - n0));
+        PackPanel(w, n0, nr, kc, kl, bp);
+        for (int64_t t = 0; t < tiles; ++t) {
+          int64_t mb = 0;
+          const int mr = tile_rows(t, &mb);
+          const float* a = ap + t * kKc * kMr;
+          float* yc = y + mb * n_total + n0;
+          if (nr == kNr) {
+            RunMicroAt<kMr>(mr, a, bp, kl, yc, n_total, kc > 0);
+            continue;
+          }
+          // A partial panel goes through a 16-wide tile so stores stay inside Y.
+          for (int i = 0; i < mr; ++i)
+            for (int j = 0; j < kNr; ++j)
+              tile[i * kNr + j] = j < nr && kc > 0 ? yc[i * n_total + j] : 0.0f;
+          RunMicroAt<kMr>(mr, a, bp, kl, tile, kNr, kc > 0);
+          for (int i = 0; i < mr; ++i)
+            for (int j = 0; j < nr; ++j) yc[i * n_total + j] = tile[i * kNr + j];
         }
-        // A partial panel goes through a 16-wide tile so stores stay inside Y.
-        for (int i = 0; i < mr; ++i)
-          for (int j = 0; j < kNr; ++j)
-            tile[i * kNr + j] = j < nr && kc > 0 ? yc[i * n_total + j] : 0.0f;
-        RunMicro(mr, a, k_total, bp, kl, tile, kNr, kc > 0);
-        for (int i = 0; i < mr; ++i)
-          for (int j = 0; j < nr; ++j) yc[i * n_total + j] = tile[i * kNr + j];
       }
     }
   }

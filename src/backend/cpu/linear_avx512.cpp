@@ -10,13 +10,14 @@
 
 #include <immintrin.h>
 
-#include <new>
-
 #include "backend/cpu/avx512_util.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/linear_avx2.h"
 
 namespace rw::cpu::avx512 {
 namespace {
+
+using detail::PackScratch;
 
 constexpr int kNr = 32;        // weight rows per panel (two 16-lane vectors)
 constexpr int kMr = 12;        // X rows per micro-tile
@@ -83,26 +84,6 @@ void PackX(const float* x, int64_t k_total, int rows, int64_t kc, int kl, float*
     const float* src = x + i * k_total + kc;
     for (int k = 0; k < kl; ++k) a[k * kMr + i] = src[k];
   }
-}
-
-// Scratch of the packed X, per thread, 64-byte aligned, freed when the thread ends. (A plain
-// struct, not a std container: no template instantiated here with AVX-512 code may be shared
-// with portable code, see kernels.h.)
-struct XBuffer {
-  float* p = nullptr;
-  int64_t have = 0;
-  ~XBuffer() { ::operator delete[](p, std::align_val_t{64}); }
-};
-
-float* XScratch(int64_t floats) {
-  thread_local XBuffer buf;
-  if (buf.have < floats) {
-    ::operator delete[](buf.p, std::align_val_t{64});
-    buf.p = static_cast<float*>(
-        ::operator new[](static_cast<size_t>(floats) * sizeof(float), std::align_val_t{64}));
-    buf.have = floats;
-  }
-  return buf.p;
 }
 
 inline float Bf16ToFloat(uint16_t b) {
@@ -216,7 +197,7 @@ void MatMulRows(const WeightView& w, const float* x, int64_t m, float* y, int64_
     const int64_t mc = Min64(kMc, m - m0);
     // Rows in ceil(mc/12) tiles of near-equal height, each packed as [kc block][k][12].
     const int64_t tiles = (mc + kMr - 1) / kMr;
-    float* const ap = XScratch(tiles * kblocks * kKc * kMr);
+    float* const ap = PackScratch(tiles * kblocks * kKc * kMr);
     auto tile_rows = [&](int64_t t, int64_t* mb) {
       *mb = m0 + mc * t / tiles;
       return static_cast<int>(m0 + mc * (t + 1) / tiles - *mb);

@@ -54,14 +54,18 @@ const detail::KernelTable* InitialTable() {
   return &TableFor(DetectedIsa());
 }
 
-// Scratch for the prepared x of MatVec, per calling thread, 64-byte aligned (a cache line, and
-// a 512-bit vector).
-float* PrepScratch(int64_t floats) {
-  thread_local std::vector<float> buf;
+// At least `floats` floats of buf, 64-byte aligned (a cache line, and a 512-bit vector).
+float* Aligned64(std::vector<float>& buf, int64_t floats) {
   const size_t need = static_cast<size_t>(floats) + 16;
   if (buf.size() < need) buf.resize(need);
   auto addr = reinterpret_cast<uintptr_t>(buf.data());
   return reinterpret_cast<float*>((addr + 63) & ~uintptr_t{63});
+}
+
+// Scratch for the prepared x of MatVec, per calling thread.
+float* PrepScratch(int64_t floats) {
+  thread_local std::vector<float> buf;
+  return Aligned64(buf, floats);
 }
 
 // Below this much weight data per thread, waking another thread costs more than it saves.
@@ -112,6 +116,11 @@ const char* IsaName(Isa isa) {
 }
 
 namespace detail {
+float* PackScratch(int64_t floats) {
+  thread_local std::vector<float> buf;
+  return Aligned64(buf, floats);
+}
+
 // The AVX2 set with the AVX-512 prefill matmul and affine matvec.
 const KernelTable& Avx512Kernels() {
   static const KernelTable t = [] {
