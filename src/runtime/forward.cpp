@@ -46,7 +46,7 @@ void ForwardStats::Add(const ForwardStats& o) {
   experts_run += o.experts_run;
 }
 
-uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M, int64_t max_span) {
+uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M, int64_t max_span, int threads) {
   const int64_t H = c.hidden_size;
   const int64_t hd_max = std::max(c.sliding.head_dim, c.full.head_dim);
   const int64_t kv_max = std::max(int64_t{c.sliding.num_kv_heads} * c.sliding.head_dim,
@@ -55,9 +55,9 @@ uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M, int64_t max_
                    2 * M * c.intermediate_size +
                    2 * M * std::max(c.sliding.head_dim, c.full.head_dim);
   if (c.enable_moe) {
-    const int64_t rows = std::max<int64_t>(M, c.top_k);
-    floats += M * c.num_experts + 2 * M * c.top_k + M * H + 2 * rows * c.moe_intermediate_size +
-              M * c.top_k * H;
+    floats += M * c.num_experts + 2 * M * c.top_k + M * c.top_k * H;
+    // Each thread's expert scratch (RunExpert).
+    floats += std::max(threads, 1) * M * (H + 2 * c.moe_intermediate_size);
   }
   floats += 2 * int64_t{c.vocab_size};  // the last row's logits, and a copy for the caller
   // Layer-major calls: the residual and both RoPE tables of every token of the span.
@@ -85,13 +85,10 @@ ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
   m2_.resize(M * H);
   r_.resize(M * H);
   if (c_.enable_moe) {
-    const int64_t k = c_.top_k, I = c_.moe_intermediate_size, rows = std::max<int64_t>(M, k);
+    const int64_t k = c_.top_k;
     router_logits_.resize(M * c_.num_experts);
     topk_idx_.resize(M * k);
     topk_w_.resize(M * k);
-    ex_in_.resize(M * H);
-    ex_g_.resize(rows * I);
-    ex_u_.resize(rows * I);
     ex_y_.resize(M * k * H);  // every (token, expert) output until they are summed
     early_r_.resize(H);
     early_logits_.resize(c_.num_experts);
@@ -451,9 +448,49 @@ void ForwardPass::EarlyReads(int next) {
   model_.experts()->Prefetch(next, idx);
 }
 
+// Expert i's output rows for its users: gate and up, GeGLU, down into ex_y_ (Gemma4TextExperts,
+// one expert). One user reads its row of u2 in place (two matvecs share it); several are
+// gathered into the scratch first. pool: null when the caller runs experts side by side.
+void ForwardPass::RunExpert(size_t i, const ExpertRef& ref, ExpertScratch& s, ThreadPool* pool) {
+  const int64_t H = c_.hidden_size, I = c_.moe_intermediate_size;
+  const auto& list = users_[used_[i]];
+  const int64_t n = static_cast<int64_t>(list.size());
+  const WeightView gate = ViewOf(ref.blob, ref.layout->gate);
+  const WeightView up = ViewOf(ref.blob, ref.layout->up);
+  float* const y = &ex_y_[row0_[i] * H];
+  if (n == 1) {
+    const WeightView gate_up[2] = {gate, up};
+    float* const outs[2] = {s.g.data(), s.u.data()};
+    cpu::MatVecMulti(gate_up, 2, &a_[list[0].first * H], outs, pool);
+    cpu::GegluInPlace(s.g.data(), s.u.data(), I);
+    cpu::MatVec(ViewOf(ref.blob, ref.layout->down), s.g.data(), y, pool);
+    return;
+  }
+  for (int64_t r = 0; r < n; ++r) std::copy_n(&a_[list[r].first * H], H, &s.in[r * H]);
+  Linear(gate, s.in.data(), n, s.g.data(), pool);
+  Linear(up, s.in.data(), n, s.u.data(), pool);
+  cpu::GegluInPlace(s.g.data(), s.u.data(), n * I);
+  Linear(ViewOf(ref.blob, ref.layout->down), s.g.data(), n, y, pool);
+}
+
+// Whether batch [b0, b1) runs one expert per thread at a time rather than each expert split
+// across the threads: it saves three pool dispatches per expert and every thread packing the
+// same input rows, and it pays when the work is spread over many experts (always for one token,
+// and for a prefill chunk unless one expert takes a large share of its tokens).
+bool ForwardPass::ExpertsSideBySide(size_t b0, size_t b1, int threads) const {
+  if (threads <= 1) return false;
+  if (single_token_) return true;
+  size_t total = 0, largest = 0;
+  for (size_t i = b0; i < b1; ++i) {
+    const size_t n = users_[used_[i]].size();
+    total += n;
+    largest = std::max(largest, n);
+  }
+  return largest * 4 * static_cast<size_t>(threads) <= total;
+}
+
 // Computes batch b (already Begun): experts that were resident first, the rest as they arrive.
 Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
-  const int64_t H = c_.hidden_size, I = c_.moe_intermediate_size;
   ExpertStore* store = model_.experts();
   const auto [b0, b1] = batches_[b];
   std::vector<size_t> order;
@@ -461,56 +498,54 @@ Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
     if (resident_[i]) order.push_back(i);
   for (size_t i = b0; i < b1; ++i)
     if (!resident_[i]) order.push_back(i);
-  if (single_token_ && pool != nullptr) {
-    // One token: its experts in parallel, each a chain of three matvecs on one thread. Every
-    // expert is its own chunk, taken by whichever thread is free (a late-waking worker, or a
-    // thread waiting on a read, takes fewer).
+  const int threads = pool != nullptr ? pool->size() : 1;
+  auto wait = [&](size_t i) {
+    TraceScope t("wait", "experts", "expert", used_[i]);
+    return store->Wait(li, i - b0);
+  };
+  if (ExpertsSideBySide(b0, b1, threads)) {
+    // Every expert is its own chunk, taken by whichever thread is free (a late-waking worker,
+    // or a thread waiting on a read, takes fewer). Each thread has its own scratch.
+    EnsureExpertScratch(threads);
     std::mutex mu;
     Status first_error;
     pool->ParallelFor(
         order.size(), 1,
-        [&](size_t s, size_t e, int) {
+        [&](size_t s, size_t e, int thread) {
           for (size_t q = s; q < e; ++q) {
             const size_t i = order[q];
-            Result<ExpertRef> ref = [&] {
-              TraceScope t("wait", "experts", "expert", used_[i]);
-              return store->Wait(li, i - b0);
-            }();
+            Result<ExpertRef> ref = wait(i);
             if (!ref.ok()) {
               std::lock_guard<std::mutex> lock(mu);
               if (first_error.ok()) first_error = ref.status();
               continue;
             }
             TraceScope t("expert", "experts", "expert", used_[i]);
-            float* gj = &ex_g_[i * I];
-            float* uj = &ex_u_[i * I];
-            const WeightView gate_up[2] = {ViewOf(ref->blob, ref->layout->gate),
-                                           ViewOf(ref->blob, ref->layout->up)};
-            float* const outs[2] = {gj, uj};
-            cpu::MatVecMulti(gate_up, 2, a_.data(), outs, nullptr);
-            cpu::GegluInPlace(gj, uj, I);
-            cpu::MatVec(ViewOf(ref->blob, ref->layout->down), gj, &ex_y_[row0_[i] * H], nullptr);
+            RunExpert(i, *ref, ex_scratch_[thread], nullptr);
           }
         },
         static_cast<int>(order.size()));
     return first_error;
   }
+  EnsureExpertScratch(1);
   for (size_t i : order) {
-    Result<ExpertRef> waited = [&] {
-      TraceScope t("wait", "experts", "expert", used_[i]);
-      return store->Wait(li, i - b0);
-    }();
-    RW_ASSIGN_OR_RETURN(ExpertRef ref, std::move(waited));
+    RW_ASSIGN_OR_RETURN(ExpertRef ref, wait(i));
     TraceScope t("expert", "experts", "expert", used_[i]);
-    const auto& list = users_[used_[i]];
-    const int64_t n = static_cast<int64_t>(list.size());
-    for (int64_t r = 0; r < n; ++r) std::copy_n(&a_[list[r].first * H], H, &ex_in_[r * H]);
-    Linear(ViewOf(ref.blob, ref.layout->gate), ex_in_.data(), n, ex_g_.data(), pool);
-    Linear(ViewOf(ref.blob, ref.layout->up), ex_in_.data(), n, ex_u_.data(), pool);
-    cpu::GegluInPlace(ex_g_.data(), ex_u_.data(), n * I);
-    Linear(ViewOf(ref.blob, ref.layout->down), ex_g_.data(), n, &ex_y_[row0_[i] * H], pool);
+    RunExpert(i, ref, ex_scratch_[0], pool);
   }
   return Status::Ok();
+}
+
+// Per-thread expert scratch, each sized for a whole chunk choosing one expert.
+void ForwardPass::EnsureExpertScratch(int threads) {
+  const int64_t rows = std::max<int64_t>(max_chunk_, 1);
+  while (static_cast<int>(ex_scratch_.size()) < threads) {
+    ExpertScratch s;
+    s.in.resize(rows * c_.hidden_size);
+    s.g.resize(rows * c_.moe_intermediate_size);
+    s.u.resize(rows * c_.moe_intermediate_size);
+    ex_scratch_.push_back(std::move(s));
+  }
 }
 
 Status ForwardPass::Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st) {

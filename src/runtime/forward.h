@@ -41,8 +41,9 @@ class ForwardPass {
   // Scratch for chunks of up to max_chunk tokens.
   ForwardPass(const RuntimeModel& model, int64_t max_chunk);
   // Bytes of scratch a ForwardPass (and a session's logits) takes for chunks of max_chunk and
-  // RunLayerMajor calls of up to max_span tokens (0: none).
-  static uint64_t ScratchBytes(const ModelConfig& config, int64_t max_chunk, int64_t max_span = 0);
+  // RunLayerMajor calls of up to max_span tokens (0: none), with `threads` computing experts.
+  static uint64_t ScratchBytes(const ModelConfig& config, int64_t max_chunk, int64_t max_span = 0,
+                               int threads = 1);
 
   int64_t max_chunk() const { return max_chunk_; }
   // Records every token's routing into trace (null: off); the caller keeps it alive.
@@ -98,6 +99,12 @@ class ForwardPass {
   Status ExpertsBegin(int li, int64_t m);
   Status Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st);
   Status RunExpertBatch(int li, size_t b, ThreadPool* pool);
+  struct ExpertScratch {
+    std::vector<float> in, g, u;  // grouped input rows, gate and up outputs
+  };
+  void RunExpert(size_t i, const ExpertRef& ref, ExpertScratch& s, ThreadPool* pool);
+  bool ExpertsSideBySide(size_t b0, size_t b1, int threads) const;
+  void EnsureExpertScratch(int threads);
   void EarlyReads(int next);
   void Head(int64_t row0, int64_t rows, float* logits, ThreadPool* pool);
 
@@ -115,8 +122,9 @@ class ForwardPass {
   std::vector<float> router_logits_;    // [m][E]
   std::vector<int> topk_idx_;           // [m][k]
   std::vector<float> topk_w_;           // [m][k]
-  // Expert scratch: grouped rows (prefill) or one slot per chosen expert (decode).
-  std::vector<float> ex_in_, ex_g_, ex_u_, ex_y_;
+  // Expert scratch: one per thread computing experts, and every (token, expert) output.
+  std::vector<ExpertScratch> ex_scratch_;
+  std::vector<float> ex_y_;
   // The current layer's expert plan: distinct experts (ascending), their (token, weight) users,
   // each expert's first row in ex_y_, the batches Begin is asked for, residency at Begin.
   std::vector<int> used_;

@@ -9,6 +9,7 @@
 
 #include "base/bf16.h"
 #include "base/file.h"
+#include "base/thread_pool.h"
 #include "runtime/forward.h"
 #include "runtime/kv_cache.h"
 
@@ -135,7 +136,8 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
       MemoryNeeds needs;
       needs.core_bytes = m->dir_.core().size();
       needs.kv_bytes = KvCache::BytesFor(c, o.max_context, o.prefill_chunk);
-      needs.scratch_bytes = ForwardPass::ScratchBytes(c, o.prefill_chunk, o.prefill_span);
+      needs.scratch_bytes = ForwardPass::ScratchBytes(c, o.prefill_chunk, o.prefill_span,
+                                                      ThreadPool::Default().size());
       needs.layers = c.num_layers;
       needs.experts_per_layer = c.num_experts;
       needs.top_k = c.top_k;
