@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "runtime/forward.h"
 #include "runtime/reference_forward.h"
@@ -188,6 +189,35 @@ TEST(SlidingWindowTest, RingWraparoundMatchesReferenceForEveryChunkSize) {
     const double err = RelErr(ours, ref, s.vocab);
     EXPECT_LT(err, 2e-5) << "chunk " << chunk;
     std::printf("[ring] chunk %lld: rel err %.3g\n", static_cast<long long>(chunk), err);
+  }
+}
+
+// Experts run side by side (one per thread) or split across the threads depending on the
+// chunk; both, and every thread count, must give the same bits.
+TEST(ExpertThreadsTest, EveryThreadCountGivesTheSameBits) {
+  TinySpec s = Typed({TensorType::kAffine, 4, 64});
+  s.layers = {LayerKind::kSliding, LayerKind::kFull};
+  s.experts = 12;
+  s.top_k = 3;
+  s.sliding_head_dim = 32;
+  s.full_head_dim = 64;
+  s.intermediate = 64;
+  s.moe_intermediate = 64;
+  s.seed = 5;
+  const std::string dir = test::TestTempDir("fwd_threads") + "/model";
+  test::BuildTinyModel(s, dir);
+  auto model = RuntimeModel::Open(dir);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::vector<int> ids = Prompt(64, s.vocab, 9);
+  for (int64_t chunk : {64, 5, 1}) {
+    const std::vector<float> one = RunChunked(**model, ids, chunk, 128, nullptr);
+    for (int threads : {2, 3}) {
+      ThreadPool pool(threads);
+      const std::vector<float> many = RunChunked(**model, ids, chunk, 128, &pool);
+      ASSERT_EQ(one.size(), many.size());
+      EXPECT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float)))
+          << "chunk " << chunk << ", " << threads << " threads";
+    }
   }
 }
 
