@@ -5,6 +5,7 @@
 //
 //   backend_bench [--quick] [--isa scalar] [--only matvec|matmul|attention|elementwise]
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
@@ -85,6 +86,38 @@ double ReadBandwidthGBs(int threads) {
   return static_cast<double>(bytes) / t * 1e-9;
 }
 
+// 12 independent chains of 8-lane FMAs (enough to cover the FMA latency on two pipes): the
+// most fp32 work a core does per second at this moment. On a shared VM it moves with the
+// load on the other hardware threads of the same cores, so the matmul lines measure it again
+// just before they run and report their share of it.
+__attribute__((target("avx2,fma"))) float FmaLoop(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(1.0f + 1e-7f * static_cast<float>(i));
+  const __m256 b = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-8f);
+  for (int64_t n = 0; n < iters; ++n)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], b, c);
+  float out = 0;
+  for (int i = 0; i < 12; ++i) out += _mm256_cvtss_f32(acc[i]);
+  return out;
+}
+
+// GFLOP/s of FmaLoop on `threads` threads at once (0 where the CPU lacks AVX2 + FMA).
+double FmaPeakGFlops(int threads) {
+  if (DetectedIsa() == Isa::kScalar) return 0;
+  const int64_t iters = 2'000'000;
+  std::vector<float> sink(static_cast<size_t>(threads));
+  const double t = BestSeconds(
+      [&](int) {
+        std::vector<std::thread> ts;
+        for (int th = 0; th < threads; ++th)
+          ts.emplace_back([&, th] { sink[static_cast<size_t>(th)] = FmaLoop(iters); });
+        for (auto& t : ts) t.join();
+      },
+      0.2);
+  if (sink[0] == 42) std::printf(" ");
+  return 2.0 * 8 * 12 * static_cast<double>(iters) * threads / t * 1e-9;
+}
+
 struct AffineMatrix {
   std::vector<uint32_t> words;
   std::vector<uint16_t> scales, biases;
@@ -146,15 +179,19 @@ void BenchMatMul(int64_t n, int64_t k, int64_t m, int bits = 4) {
   const double flops = 2.0 * m * n * k;
   for (int threads : {1, 2}) {
     ThreadPool* pool = PoolOf(threads);
+    const double peak = FmaPeakGFlops(threads);
     const double t = BestSeconds([&](int) { MatMul(w->view, x.data(), m, y.data(), pool); });
     const std::string cpu = CpuNote(threads);
+    const std::string share = peak > 0 ? fmt::format(" ({:.0f}% of the FMA probe's {:.0f})",
+                                                     flops / t * 1e-9 / peak * 100, peak)
+                                       : "";
     const double tv = BestSeconds([&](int) {
       for (int64_t i = 0; i < m; ++i) MatVec(w->view, x.data() + i * k, y.data() + i * n, pool);
     });
     fmt::print(
-        "  MatMul q{} g64 M={} [{} x {}] {}T: {:8.2f} ms{}  {:6.1f} GFLOP/s  ({:.1f}x faster than"
-        " {} MatVecs: {:.2f} ms)\n",
-        bits, m, n, k, threads, t * 1e3, cpu, flops / t * 1e-9, tv / t, m, tv * 1e3);
+        "  MatMul q{} g64 M={} [{} x {}] {}T: {:8.2f} ms{}  {:6.1f} GFLOP/s{}  ({:.1f}x faster"
+        " than {} MatVecs: {:.2f} ms)\n",
+        bits, m, n, k, threads, t * 1e3, cpu, flops / t * 1e-9, share, tv / t, m, tv * 1e3);
   }
 }
 
@@ -246,6 +283,8 @@ int Main(int argc, char** argv) {
              IsaName(DetectedIsa()), std::thread::hardware_concurrency());
   const double read1 = ReadBandwidthGBs(1), read2 = ReadBandwidthGBs(2);
   fmt::print("memory read probe (512 MB): 1T {:.1f} GB/s, 2T {:.1f} GB/s\n", read1, read2);
+  fmt::print("fp32 FMA probe: 1T {:.0f} GFLOP/s, 2T {:.0f} GFLOP/s\n", FmaPeakGFlops(1),
+             FmaPeakGFlops(2));
 
   auto run = [&](const char* section) { return only.empty() || only == section; };
   if (run("matvec")) {
