@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "base/zeroed_floats.h"
 #include "runtime/dump.h"
 #include "runtime/kv_cache.h"
 #include "runtime/model.h"
@@ -100,7 +101,7 @@ class ForwardPass {
   Status Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st);
   Status RunExpertBatch(int li, size_t b, ThreadPool* pool);
   struct ExpertScratch {
-    std::vector<float> in, g, u;  // grouped input rows, gate and up outputs
+    ZeroedFloats in, g, u;  // grouped input rows, gate and up outputs
   };
   void RunExpert(size_t i, const ExpertRef& ref, ExpertScratch& s, ThreadPool* pool);
   bool ExpertsSideBySide(size_t b0, size_t b1, int threads) const;
@@ -113,18 +114,18 @@ class ForwardPass {
   int64_t max_chunk_;
   Dumper dump_;
   // Activations, [rows][width] row-major.
-  std::vector<float> x_;                // residual stream h [m][H]
-  std::vector<float> a_;                // normed input / scratch [m][H]
-  std::vector<float> q_, k_, v_, att_;  // [m][heads|kv][hd]
-  std::vector<float> o_;                // [m][H]
-  std::vector<float> g_, u_;            // dense GeGLU [m][inter]
-  std::vector<float> m1_, m2_, r_;      // [m][H]
-  std::vector<float> router_logits_;    // [m][E]
-  std::vector<int> topk_idx_;           // [m][k]
-  std::vector<float> topk_w_;           // [m][k]
+  ZeroedFloats x_;                // residual stream h [m][H]
+  ZeroedFloats a_;                // normed input / scratch [m][H]
+  ZeroedFloats q_, k_, v_, att_;  // [m][heads|kv][hd]
+  ZeroedFloats o_;                // [m][H]
+  ZeroedFloats g_, u_;            // dense GeGLU [m][inter]
+  ZeroedFloats m1_, m2_, r_;      // [m][H]
+  ZeroedFloats router_logits_;    // [m][E]
+  std::vector<int> topk_idx_;     // [m][k]
+  ZeroedFloats topk_w_;           // [m][k]
   // Expert scratch: one per thread computing experts, and every (token, expert) output.
   std::vector<ExpertScratch> ex_scratch_;
-  std::vector<float> ex_y_;
+  ZeroedFloats ex_y_;
   // The current layer's expert plan: distinct experts (ascending), their (token, weight) users,
   // each expert's first row in ex_y_, the batches Begin is asked for, residency at Begin.
   std::vector<int> used_;
@@ -133,7 +134,7 @@ class ForwardPass {
   std::vector<std::pair<size_t, size_t>> batches_;
   std::vector<uint8_t> resident_;
   bool single_token_ = false;
-  std::vector<float> early_r_, early_logits_;  // the next layer's router guess
+  ZeroedFloats early_r_, early_logits_;  // the next layer's router guess
   std::vector<int> early_guess_;
   RoutingTrace* trace_ = nullptr;
   std::function<void(int)> before_layer_;
@@ -141,8 +142,8 @@ class ForwardPass {
   // The current chunk's first token within the call (layer-major calls run several chunks):
   // its row in the RoPE tables and, after trace_base_, in the routing trace.
   int64_t chunk_row0_ = 0;
-  std::vector<float> rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [rows][hd/2]
-  std::vector<float> span_x_;  // RunLayerMajor: the residual of every token of the call [n][H]
+  ZeroedFloats rope_cos_s_, rope_sin_s_, rope_cos_f_, rope_sin_f_;  // [rows][hd/2]
+  ZeroedFloats span_x_;  // RunLayerMajor: the residual of every token of the call [n][H]
 };
 
 }  // namespace rw

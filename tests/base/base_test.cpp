@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "base/hash.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "base/zeroed_floats.h"
 
 namespace rw {
 namespace {
@@ -129,4 +132,39 @@ TEST(Status, MacrosPropagate) {
 }
 
 }  // namespace
+// Resident pages of [p, p + bytes), whole pages inside the range only.
+size_t ResidentPages(const void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
+  if (e <= b) return 0;
+  std::vector<unsigned char> v((e - b) / page);
+  EXPECT_EQ(0, mincore(reinterpret_cast<void*>(b), e - b, v.data()));
+  size_t n = 0;
+  for (unsigned char c : v) n += c & 1;
+  return n;
+}
+
+TEST(ZeroedFloatsTest, ZeroFilledGrowsKeepingContentsAndTouchesOnlyWrittenPages) {
+  ZeroedFloats f(10);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(f[i], 0.0f);
+  for (size_t i = 0; i < 10; ++i) f[i] = static_cast<float>(i + 1);
+  f.resize(4);  // never shrinks
+  EXPECT_EQ(f.size(), 10u);
+  // 64 MiB: far above the allocator's mmap threshold, so its pages start unmapped.
+  const size_t n = size_t{16} << 20;
+  f.resize(n);
+  ASSERT_EQ(f.size(), n);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(f[i], static_cast<float>(i + 1));
+  const size_t pages = n * sizeof(float) / static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_LT(ResidentPages(f.data(), n * sizeof(float)), pages / 100);
+  for (size_t i = 0; i < n / 2; ++i) f[i] += 1.0f;  // touch the first half
+  EXPECT_GT(ResidentPages(f.data(), n * sizeof(float)), pages * 45 / 100);
+  EXPECT_EQ(f[n - 1], 0.0f);
+  EXPECT_EQ(f[n / 2 - 1], 1.0f);
+  ZeroedFloats g = std::move(f);
+  EXPECT_EQ(g.size(), n);
+  EXPECT_EQ(f.size(), 0u);
+}
+
 }  // namespace rw
