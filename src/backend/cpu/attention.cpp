@@ -162,7 +162,8 @@ void AttendOne(const float* q, int n_heads, const KvCacheView& kv, int64_t pos_b
     }
   };
   if (pool != nullptr && items > 1 && len * hd * n_kv >= 16384) {
-    pool->ParallelFor(static_cast<size_t>(items), 1, run);
+    // Each item its own chunk: a thread slowed by its core's other hardware thread takes fewer.
+    pool->ParallelFor(static_cast<size_t>(items), 1, run, static_cast<int>(items));
   } else {
     run(0, static_cast<size_t>(items), 0);
   }
@@ -227,7 +228,8 @@ void AttendBlock(const float* q, int64_t m, int64_t q_pos0, int n_heads, const K
     }
   };
   if (pool != nullptr && items > 1) {
-    pool->ParallelFor(static_cast<size_t>(items), 1, run);
+    // Items differ in length (causal) and threads in speed: each item is its own chunk.
+    pool->ParallelFor(static_cast<size_t>(items), 1, run, static_cast<int>(items));
   } else {
     run(0, static_cast<size_t>(items), 0);
   }

@@ -29,6 +29,7 @@ namespace rw::cpu::avx2 {
 namespace {
 
 using detail::PackScratch;
+using detail::PrefetchPanel;
 
 inline int64_t Min64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -679,6 +680,12 @@ void MatMulRows(const WeightView& w, const float* x, int64_t m, float* y, int64_
       }
       for (int64_t n0 = r0; n0 < r1; n0 += kNr) {
         const int nr = static_cast<int>(Min64(kNr, r1 - n0));
+        if (n0 + kNr < r1) {
+          PrefetchPanel(w, n0 + kNr, static_cast<int>(Min64(kNr, r1 - n0 - kNr)), kc, kl);
+        } else if (kc + kKc < k_total) {
+          PrefetchPanel(w, r0, static_cast<int>(Min64(kNr, r1 - r0)), kc + kKc,
+                        static_cast<int>(Min64(kKc, k_total - kc - kKc)));
+        }
         PackPanel(w, n0, nr, kc, kl, bp);
         for (int64_t t = 0; t < tiles; ++t) {
           int64_t mb = 0;

@@ -18,6 +18,7 @@ namespace rw::cpu::avx512 {
 namespace {
 
 using detail::PackScratch;
+using detail::PrefetchPanel;
 
 constexpr int kNr = 32;        // weight rows per panel (two 16-lane vectors)
 constexpr int kMr = 12;        // X rows per micro-tile
@@ -215,6 +216,12 @@ void MatMulRows(const WeightView& w, const float* x, int64_t m, float* y, int64_
       for (int64_t b = 0; b < kblocks; ++b) {
         const int64_t kc = b * kKc;
         const int kl = static_cast<int>(Min64(kKc, k_total - kc));
+        if (b + 1 < kblocks) {
+          PrefetchPanel(w, n0, nr, kc + kKc, static_cast<int>(Min64(kKc, k_total - kc - kKc)));
+        } else if (n0 + kNr < r1) {
+          PrefetchPanel(w, n0 + kNr, static_cast<int>(Min64(kNr, r1 - n0 - kNr)), 0,
+                        static_cast<int>(Min64(kKc, k_total)));
+        }
         PackPanel(w, n0, nr, kc, kl, bp);
         for (int64_t t = 0; t < tiles; ++t) {
           int64_t mb = 0;

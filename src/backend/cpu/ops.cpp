@@ -80,6 +80,11 @@ int64_t RowGrain(const WeightView& w, int64_t min_rows) {
 // wakes late takes what is left, instead of the caller waiting for it with half the rows.
 constexpr int kMatVecChunksPerThread = 4;
 
+// Prefill matmuls too: with equal halves, a thread slowed by the other hardware thread of its
+// core (measured up to 1.6× on a shared 2-core VM) leaves the other idle. Each chunk repacks its
+// X rows, a few percent of its work; 4 chunks per thread measured 8–18% faster (median) than 1.
+constexpr int kMatMulChunksPerThread = 4;
+
 bool UsePool(const ThreadPool* pool, int64_t n, int64_t grain) {
   return pool != nullptr && pool->size() > 1 && n >= 2 * grain;
 }
@@ -119,6 +124,35 @@ namespace detail {
 float* PackScratch(int64_t floats) {
   thread_local std::vector<float> buf;
   return Aligned64(buf, floats);
+}
+
+namespace {
+void PrefetchBytes(const void* p, int64_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t line = a & ~uintptr_t{63}; line < a + static_cast<uintptr_t>(bytes); line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+}
+}  // namespace
+
+void PrefetchPanel(const WeightView& w, int64_t n0, int nr, int64_t kc, int kl) {
+  for (int64_t r = n0; r < n0 + nr; ++r) {
+    switch (w.type) {
+      case WeightType::kF32:
+        PrefetchBytes(static_cast<const float*>(w.data) + r * w.cols + kc, int64_t{kl} * 4);
+        break;
+      case WeightType::kBf16:
+        PrefetchBytes(static_cast<const uint16_t*>(w.data) + r * w.cols + kc, int64_t{kl} * 2);
+        break;
+      case WeightType::kAffine: {
+        const int64_t g0 = r * w.RowGroups() + kc / w.group, ng = (kl + w.group - 1) / w.group;
+        PrefetchBytes(static_cast<const char*>(w.data) + r * w.RowWords() * 4 + kc * w.bits / 8,
+                      int64_t{kl} * w.bits / 8);
+        PrefetchBytes(w.scales + g0, ng * 2);
+        PrefetchBytes(w.biases + g0, ng * 2);
+        break;
+      }
+    }
+  }
 }
 
 // The AVX2 set with the AVX-512 prefill matmul and affine matvec.
@@ -266,12 +300,14 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
     kt.matmul_rows(w, x, m, y, 0, w.rows);
     return;
   }
-  pool->ParallelFor(static_cast<size_t>(panels), static_cast<size_t>(grain),
-                    [&](size_t b, size_t e, int) {
-                      const int64_t r0 = static_cast<int64_t>(b) * panel;
-                      const int64_t r1 = std::min(w.rows, static_cast<int64_t>(e) * panel);
-                      kt.matmul_rows(w, x, m, y, r0, r1);
-                    });
+  pool->ParallelFor(
+      static_cast<size_t>(panels), static_cast<size_t>(grain),
+      [&](size_t b, size_t e, int) {
+        const int64_t r0 = static_cast<int64_t>(b) * panel;
+        const int64_t r1 = std::min(w.rows, static_cast<int64_t>(e) * panel);
+        kt.matmul_rows(w, x, m, y, r0, r1);
+      },
+      kMatMulChunksPerThread);
 }
 
 void DequantRow(const WeightView& w, int64_t row, float* out) {
