@@ -1,7 +1,8 @@
 // backend_bench: times the CPU kernels at Gemma 4 26B-A4B shapes and compares the weight bytes
 // they stream per second with a plain memory-read probe. Weights are random (speed does not
 // depend on values). "cold" runs rotate over enough copies of a matrix to defeat the 32 MB L3,
-// which is what decode sees; "hot" repeats one copy.
+// which is what decode and a prefill's experts see; "hot" repeats one copy. Times are the best
+// repetition: on a shared host the median can be far slower.
 //
 //   backend_bench [--quick] [--isa scalar] [--only matvec|matmul|attention|elementwise]
 #include <fmt/format.h>
