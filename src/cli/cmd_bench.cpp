@@ -15,7 +15,8 @@ namespace rw::cli {
 namespace {
 
 Result<std::vector<int64_t>> ParseLengths(const std::string& text) {
-  RW_ASSIGN_OR_RETURN(std::vector<int> ids, ParseIdList(text, "--prompt-tokens"));
+  RW_ASSIGN_OR_RETURN(std::vector<int> ids,
+                      ParseIntList(text, "--prompt-tokens", "prompt length", "128,3000"));
   std::vector<int64_t> out;
   for (int v : ids) {
     if (v < 1)

@@ -141,6 +141,11 @@ bool Flags::IsSet(const std::string& name) const {
 }
 
 Result<std::vector<int>> ParseIdList(const std::string& text, const std::string& flag) {
+  return ParseIntList(text, flag, "token id", "2,17,99");
+}
+
+Result<std::vector<int>> ParseIntList(const std::string& text, const std::string& flag,
+                                      const char* item_name, const char* example) {
   std::vector<int> ids;
   size_t i = 0;
   while (i <= text.size()) {
@@ -153,8 +158,8 @@ Result<std::vector<int>> ParseIdList(const std::string& text, const std::string&
     errno = 0;
     long v = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || errno != 0 || v < 0 || v > 0x7fffffff)
-      return Error(ErrorCode::kInvalidArgument,
-                   "{}: '{}' is not a token id (expected e.g. 2,17,99)", flag, item);
+      return Error(ErrorCode::kInvalidArgument, "{}: '{}' is not a {} (expected e.g. {})", flag,
+                   item, item_name, example);
     ids.push_back(static_cast<int>(v));
     i = j + 1;
   }

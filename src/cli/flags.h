@@ -58,7 +58,11 @@ class Flags {
   bool help_ = false;
 };
 
-// Parses "2,17,99" into ids.
+// Parses a comma-separated list of non-negative ints ("2,17,99"); an error names the flag, the bad
+// item, what an item is and an example.
+Result<std::vector<int>> ParseIntList(const std::string& text, const std::string& flag,
+                                      const char* item_name, const char* example);
+// Token ids: "2,17,99".
 Result<std::vector<int>> ParseIdList(const std::string& text, const std::string& flag);
 // Parses sizes like "2G", "512M", "4096", "1.5GiB" into bytes.
 Result<unsigned long long> ParseByteSize(const std::string& text, const std::string& flag);

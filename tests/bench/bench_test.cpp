@@ -240,6 +240,9 @@ TEST(BenchCliTest, BadFlagsAreClearErrors) {
   auto r = test::Run(Bench("--prompt-tokens 0"), Scratch());
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--prompt-tokens"), std::string::npos) << r.err;
+  r = test::Run(Bench("--prompt-tokens -3"), Scratch());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("'-3' is not a prompt length"), std::string::npos) << r.err;
   r = test::Run(Bench("--format yaml"), Scratch());
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
