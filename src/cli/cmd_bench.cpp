@@ -28,10 +28,22 @@ Result<std::vector<int64_t>> ParseLengths(const std::string& text) {
   return out;
 }
 
+// --warmup: "auto" (-1) or a prompt length >= 0.
+Result<int64_t> ParseWarmup(const std::string& text) {
+  if (text == "auto") return int64_t{-1};
+  RW_ASSIGN_OR_RETURN(std::vector<int> v,
+                      ParseIntList(text, "--warmup", "warm-up length", "128, or auto"));
+  if (v.size() != 1 || v[0] < 0)
+    return Error(ErrorCode::kInvalidArgument,
+                 "--warmup takes auto or one prompt length >= 0 (0: none), not '{}'", text);
+  return int64_t{v[0]};
+}
+
 int Bench(const Args& args) {
   Flags flags("bench", "redwing bench --model <dir> [options]",
-              "Loads the model once and runs a fixed suite: for each prompt length, a fresh "
-              "session prefills that many synthetic (varied) token ids, then generates\n"
+              "Loads the model once, runs an uncounted warm-up (--warmup), then a fixed suite: "
+              "for each prompt length, a fresh session prefills that many synthetic (varied) "
+              "token ids, then generates\n"
               "--decode-tokens tokens sampled at temperature 1 with a fixed seed (a varied "
               "stream: greedy decoding on random weights repeats one token and makes any expert "
               "cache look perfect).\n"
@@ -52,6 +64,10 @@ int Bench(const Args& args) {
   flags.Bool("cold",
              "drop the model's files from the page cache (posix_fadvise DONTNEED) before "
              "loading");
+  flags.String("warmup", "auto",
+               "tokens of a warm-up prompt (then 4 decoded tokens) run before the cases and not "
+               "counted: a process pays once for the first use of each expert (checksum, page "
+               "mapping). auto: 128, or 0 with --cold");
   flags.String("json", "", "also write the results as JSON to this file");
   flags.String("format", "table", "stdout: table (readable) or json");
   flags.String("profile", "",
@@ -79,6 +95,8 @@ int Bench(const Args& args) {
   if (seed < 0)
     return ReportError("bench",
                        Error(ErrorCode::kInvalidArgument, "--seed must be >= 0, not {}", seed));
+  auto warmup = ParseWarmup(flags.GetString("warmup"));
+  if (!warmup.ok()) return ReportError("bench", warmup.status());
   std::string profile = flags.GetString("profile");
   if (profile.empty()) {
     const char* env = std::getenv("REDWING_PROFILE");
@@ -91,6 +109,7 @@ int Bench(const Args& args) {
   o.decode_tokens = decode;
   o.seed = static_cast<uint64_t>(seed);
   o.cold = flags.GetBool("cold");
+  o.warmup_tokens = *warmup;
   o.disk_probe = !flags.GetBool("no-disk-probe");
   o.host_sampling = flags.GetBool("host-sampling");
   if (!flags.GetBool("quiet"))

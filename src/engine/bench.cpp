@@ -398,6 +398,26 @@ SamplingParams BenchSampling(uint64_t seed) {
   return p;
 }
 
+// The warm-up session: its own prompt (a seed no case uses), prefilled in the engine's chunks,
+// then a few sampled tokens so decode's paths and scratch are warm too. Nothing is recorded.
+Status RunWarmup(const Engine& engine, const BenchOptions& o, int64_t prompt_tokens) {
+  const ModelConfig& cfg = engine.config();
+  const std::vector<int> prompt = SyntheticPrompt(prompt_tokens, cfg.vocab_size, cfg.bos_token_id,
+                                                  o.seed * 0x100000001B3ull + 0x5741524Dull);
+  auto session = engine.NewSession();
+  const int64_t chunk = std::max<int64_t>({1, engine.prefill_chunk(), engine.prefill_span()});
+  std::vector<float> logits;
+  for (int64_t i = 0; i < prompt_tokens; i += chunk) {
+    const int64_t m = std::min(chunk, prompt_tokens - i);
+    RW_ASSIGN_OR_RETURN(logits, session->Prefill(std::span<const int>(&prompt[i], m)));
+  }
+  for (int64_t i = 0; i < kWarmupDecodeTokens; ++i) {
+    const int tok = SampleUnfiltered(logits, o.seed, session->position());
+    RW_ASSIGN_OR_RETURN(logits, session->Decode(tok));
+  }
+  return Status::Ok();
+}
+
 Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_tokens,
                MemorySampler& mem, BenchCase* out) {
   BenchCase& c = *out;
@@ -603,6 +623,12 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
                           rep.load_seconds, rep.expert_store, rep.threads,
                           rep.memory_plan.empty() ? "" : "; " + rep.memory_plan));
 
+  rep.warmup_tokens = o.warmup_tokens >= 0 ? o.warmup_tokens : (o.cold ? 0 : 128);
+  if (rep.warmup_tokens + kWarmupDecodeTokens > engine->max_context())
+    return Error(ErrorCode::kOutOfRange,
+                 "the {}-token warm-up needs a context of {} tokens, but the maximum context is "
+                 "{} (--warmup 0 turns it off)",
+                 rep.warmup_tokens, rep.warmup_tokens + kWarmupDecodeTokens, engine->max_context());
   for (int64_t p : o.prompt_tokens)
     if (p + o.decode_tokens > engine->max_context())
       return Error(ErrorCode::kOutOfRange,
@@ -610,6 +636,17 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
                    "maximum context is {} (--max-context, capped by the model's {})",
                    p, p + o.decode_tokens, p, o.decode_tokens, engine->max_context(),
                    engine->config().max_position_embeddings);
+
+  if (rep.warmup_tokens > 0) {
+    TraceScope s("warm-up", "bench", "tokens", rep.warmup_tokens);
+    Stopwatch sw;
+    Status st = RunWarmup(*engine, o, rep.warmup_tokens);
+    if (!st.ok()) return st.Annotate("bench warm-up");
+    rep.warmup_seconds = sw.Seconds();
+    Progress(o, fmt::format("warm-up: {}-token prompt and {} decoded tokens in {:.2f} s (not "
+                            "counted)",
+                            rep.warmup_tokens, kWarmupDecodeTokens, rep.warmup_seconds));
+  }
 
   MemorySampler mem(CgroupUsageFile(ReadCgroupMemory()));
   for (int64_t p : o.prompt_tokens) {
@@ -733,7 +770,8 @@ Json BenchReportToJson(const BenchReport& r) {
                   {"prompt_tokens", o.prompt_tokens},
                   {"decode_tokens", o.decode_tokens},
                   {"seed", o.seed},
-                  {"cold", o.cold}};
+                  {"cold", o.cold},
+                  {"warmup_tokens", o.warmup_tokens}};
   j["decode_stream"] = r.decode_mode;
   if (r.cold_drop) {
     j["cold"] = {{"method", "posix_fadvise(POSIX_FADV_DONTNEED) on every file, before load"},
@@ -757,6 +795,12 @@ Json BenchReportToJson(const BenchReport& r) {
                {"anon_bytes", r.load_anon},
                {"file_bytes", r.load_file},
                {"storage_read_bytes", r.load_io.read_bytes}};
+  if (r.warmup_tokens > 0)
+    j["warmup"] = {{"prompt_tokens", r.warmup_tokens},
+                   {"decode_tokens", kWarmupDecodeTokens},
+                   {"seconds", r.warmup_seconds}};
+  else
+    j["warmup"] = nullptr;
   Json cases = Json::array();
   for (const BenchCase& c : r.cases) {
     Json cj;
@@ -826,6 +870,11 @@ std::string BenchReportTable(const BenchReport& r) {
                     FormatBytes(r.cold_drop->resident_after)));
   else
     line("warm: page cache left as found");
+  line(r.warmup_tokens > 0
+           ? fmt::format("warm-up: a {}-token prompt and {} decoded tokens first, {:.2f} s, not "
+                         "counted (first use of each expert: checksum, page mapping)",
+                         r.warmup_tokens, kWarmupDecodeTokens, r.warmup_seconds)
+           : std::string("warm-up: none (the first case pays the first use of each expert)"));
   line("core pages: " + r.core_lock);
   line("decode stream: " + r.decode_mode);
   line("");

@@ -1,6 +1,7 @@
 // `redwing bench` and its helpers on a synthesized tiny model: the JSON has every field with
-// sane values, the decode stream is varied, --cold with the slots store reads from storage, the
-// --profile file is valid Chrome trace JSON, bad flags are clear errors.
+// sane values, the decode stream is varied, the warm-up is reported and kept apart from the
+// cases, --cold with the slots store reads from storage, the --profile file is valid Chrome
+// trace JSON, bad flags are clear errors.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -122,6 +123,15 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
   EXPECT_TRUE(j["cold"].is_null());
   EXPECT_NE(j["decode_stream"].get<std::string>().find("temperature 1"), std::string::npos);
   EXPECT_GT(j["load"]["seconds"].get<double>(), 0);
+  // A warm run warms up by default: a 128-token prompt and 4 tokens before the cases.
+  EXPECT_EQ(j["options"]["warmup_tokens"].get<int>(), -1);
+  ASSERT_TRUE(j["warmup"].is_object()) << j["warmup"].dump();
+  EXPECT_EQ(j["warmup"]["prompt_tokens"].get<int>(), 128);
+  EXPECT_EQ(j["warmup"]["decode_tokens"].get<int>(), 4);
+  EXPECT_GT(j["warmup"]["seconds"].get<double>(), 0);
+  EXPECT_NE(r.out.find("warm-up: a 128-token prompt and 4 decoded tokens first"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("bench: warm-up: 128-token prompt"), std::string::npos) << r.err;
   EXPECT_EQ(j["trace_file"], trace);
   ASSERT_EQ(j["cases"].size(), 2u);
   const int64_t lengths[] = {40, 150};
@@ -219,6 +229,8 @@ TEST(BenchCliTest, ColdSlotsRunReadsFromStorage) {
   ASSERT_TRUE(j["cold"].is_object()) << j["cold"].dump();
   EXPECT_GE(j["cold"]["files"].get<int>(), 3);  // manifest, core, index, layer files
   EXPECT_GT(j["cold"]["bytes"].get<uint64_t>(), 0u);
+  // A cold run measures the first use, so it does not warm up unless asked to.
+  EXPECT_TRUE(j["warmup"].is_null()) << j["warmup"].dump();
   const Json& c = j["cases"][0];
   // The slots store fills its slots by reading the expert files.
   EXPECT_GT(c["prefill"]["experts"]["bytes_read"].get<uint64_t>(), 0u);
@@ -249,6 +261,16 @@ TEST(BenchCliTest, BadFlagsAreClearErrors) {
   r = test::Run(Bench("--max-context 64 --prompt-tokens 60 --decode-tokens 8 --quiet"), Scratch());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("maximum context is 64"), std::string::npos) << r.err;
+  r = test::Run(Bench("--warmup -3"), Scratch());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("'-3' is not a warm-up length"), std::string::npos) << r.err;
+  r = test::Run(Bench("--warmup 16,32"), Scratch());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--warmup takes auto or one prompt length"), std::string::npos) << r.err;
+  r = test::Run(Bench("--max-context 64 --prompt-tokens 20 --decode-tokens 8 --quiet"), Scratch());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("128-token warm-up needs a context of 132"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--warmup 0"), std::string::npos) << r.err;
   r = test::Run(std::string(REDWING_BINARY) + " bench --model " + JoinPath(Scratch(), "missing"),
                 Scratch());
   EXPECT_NE(r.code, 0);
@@ -280,6 +302,37 @@ TEST(BenchLibTest, RunBenchInProcess) {
   EXPECT_NE(table.find("per part"), std::string::npos) << table;
   const Json j = BenchReportToJson(*rep);
   EXPECT_EQ(j["cases"][0]["prefill"]["tokens"].get<int>(), 50);
+}
+
+// The warm-up runs its own session: the cases generate the same tokens with it or without it,
+// and its time is reported apart from theirs.
+TEST(BenchLibTest, WarmupIsSeparateFromTheCases) {
+  auto run = [](int64_t warmup) {
+    BenchOptions o;
+    o.engine.model_dir = TinyModel();
+    o.engine.threads = 2;
+    o.prompt_tokens = {30, 45};
+    o.decode_tokens = 12;
+    o.seed = 5;
+    o.warmup_tokens = warmup;
+    return RunBench(o);
+  };
+  auto with = run(40);
+  auto without = run(0);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_EQ(with->warmup_tokens, 40);
+  EXPECT_GT(with->warmup_seconds, 0);
+  EXPECT_EQ(without->warmup_tokens, 0);
+  EXPECT_EQ(without->warmup_seconds, 0);
+  ASSERT_EQ(with->cases.size(), 2u);
+  ASSERT_EQ(without->cases.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(with->cases[i].generated, without->cases[i].generated) << "case " << i;
+    EXPECT_EQ(with->cases[i].prefill.parts.tokens, without->cases[i].prefill.parts.tokens);
+  }
+  EXPECT_NE(BenchReportTable(*without).find("warm-up: none"), std::string::npos);
+  EXPECT_TRUE(BenchReportToJson(*without)["warmup"].is_null());
 }
 
 TEST(BenchCliTest, CoreLockAndDiskProbeCanBeTurnedOff) {

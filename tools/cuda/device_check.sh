@@ -59,12 +59,14 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     wait "$synth_pid"
     grep -E "Elapsed|Maximum resident|Exit" "$out/synth_time.txt"
   fi
+  # No warm-up, so the figures compare with those recorded before the bench had one (the 4G
+  # case would otherwise start with the warm-up's experts in its VRAM cache).
   common=(--model "$model" --max-context 4096 --prefill-chunk 512 --prompt-tokens 512
-          --decode-tokens 256 --quiet)
+          --decode-tokens 256 --quiet --warmup 0)
   timeout 240 "$bin/redwing" bench "${common[@]}" --backend cuda --json "$out/bench_resident.json" \
     2>&1 | tee "$out/bench_resident.txt"
   # Under the budget a smaller context and chunk leave more of the 4 GB to the expert cache.
   timeout 240 "$bin/redwing" bench --model "$model" --max-context 2048 --prefill-chunk 128 \
-    --prompt-tokens 512 --decode-tokens 128 --quiet --backend cuda --vram-budget 4G \
+    --prompt-tokens 512 --decode-tokens 128 --quiet --warmup 0 --backend cuda --vram-budget 4G \
     --json "$out/bench_4g.json" 2>&1 | tee "$out/bench_4g.txt"
 fi
