@@ -221,7 +221,22 @@ TEST(MatVec, MultiEqualsSeparateMatVecs) {
   }
 }
 
+// Any subset of rows, on any pool, gives each row's bits of the full call: the kernels pair
+// rows differently for short rows (adjacent) and long ones (from the two halves of a range).
 TEST(MatVec, RowsSubset) {
+  for (int64_t k : {256, 2816}) {
+    auto wk = MakeAffine(1027, k, 4, 64);
+    std::vector<float> xk(k), whole(1027), some(1027);
+    FillUniform(xk.data(), k);
+    MatVec(wk->view, xk.data(), whole.data(), nullptr);
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 1027}, {5, 300}, {6, 301}, {1000, 1027}}) {
+      for (int threads : {1, 2, 3}) {
+        MatVecRows(wk->view, xk.data(), some.data(), b, e, Pool(threads));
+        for (int64_t r = b; r < e; ++r)
+          EXPECT_EQ(some[r - b], whole[r]) << "K " << k << " row " << r;
+      }
+    }
+  }
   auto w = MakeAffine(1027, 256, 4, 64);
   std::vector<float> x(256), full(1027), part(1027);
   FillUniform(x.data(), 256);
