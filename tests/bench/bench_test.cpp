@@ -10,6 +10,8 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "base/file.h"
 #include "base/json.h"
@@ -249,30 +251,37 @@ TEST(BenchCliTest, ColdSlotsRunReadsFromStorage) {
 }
 
 TEST(BenchCliTest, BadFlagsAreClearErrors) {
-  auto r = test::Run(Bench("--prompt-tokens 0"), Scratch());
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("--prompt-tokens"), std::string::npos) << r.err;
-  r = test::Run(Bench("--prompt-tokens -3"), Scratch());
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("'-3' is not a prompt length"), std::string::npos) << r.err;
-  r = test::Run(Bench("--format yaml"), Scratch());
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("--format"), std::string::npos) << r.err;
-  r = test::Run(Bench("--max-context 64 --prompt-tokens 60 --decode-tokens 8 --quiet"), Scratch());
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("maximum context is 64"), std::string::npos) << r.err;
-  r = test::Run(Bench("--warmup -3"), Scratch());
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("'-3' is not a warm-up length"), std::string::npos) << r.err;
-  r = test::Run(Bench("--warmup 16,32"), Scratch());
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("--warmup takes auto or one prompt length"), std::string::npos) << r.err;
-  r = test::Run(Bench("--max-context 64 --prompt-tokens 20 --decode-tokens 8 --quiet"), Scratch());
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("128-token warm-up needs a context of 132"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("--warmup 0"), std::string::npos) << r.err;
-  r = test::Run(std::string(REDWING_BINARY) + " bench --model " + JoinPath(Scratch(), "missing"),
-                Scratch());
+  struct Case {
+    std::string flags;
+    bool usage;  // a flag error (exit 2), not a failed run
+    std::vector<std::string> says;
+  };
+  const Case cases[] = {
+      {"--prompt-tokens 0", true, {"--prompt-tokens"}},
+      {"--prompt-tokens -3", true, {"'-3' is not a prompt length"}},
+      {"--format yaml", true, {"--format"}},
+      {"--warmup -3", true, {"'-3' is not a warm-up length"}},
+      {"--warmup 16,32", true, {"--warmup takes auto or one prompt length"}},
+      // The case's own context check, then the warm-up's.
+      {"--max-context 64 --prompt-tokens 60 --decode-tokens 8 --warmup 0 --quiet",
+       false,
+       {"60-token case needs a context of 68", "maximum context is 64"}},
+      {"--max-context 64 --prompt-tokens 20 --decode-tokens 8 --quiet",
+       false,
+       {"128-token warm-up needs a context of 132", "--warmup 0"}},
+  };
+  for (const Case& c : cases) {
+    auto r = test::Run(Bench(c.flags), Scratch());
+    if (c.usage) {
+      EXPECT_EQ(r.code, 2) << c.flags << "\n" << r.err;
+    } else {
+      EXPECT_NE(r.code, 0) << c.flags;
+    }
+    for (const std::string& text : c.says)
+      EXPECT_NE(r.err.find(text), std::string::npos) << c.flags << "\n" << r.err;
+  }
+  auto r = test::Run(
+      std::string(REDWING_BINARY) + " bench --model " + JoinPath(Scratch(), "missing"), Scratch());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("missing"), std::string::npos) << r.err;
 }
