@@ -61,6 +61,9 @@ int Bench(const Args& args) {
   flags.Bool("no-disk-probe",
              "skip the disk probe (O_DIRECT reads of random expert blobs before the cases, the "
              "yardstick for the storage bound)");
+  flags.Bool("no-memory-probe",
+             "skip the memory probe (a 256 MB streaming read after load, the yardstick for the "
+             "memory-bandwidth bound of CPU decode)");
   flags.Bool("cold",
              "drop the model's files from the page cache (posix_fadvise DONTNEED) before "
              "loading");
@@ -111,6 +114,7 @@ int Bench(const Args& args) {
   o.cold = flags.GetBool("cold");
   o.warmup_tokens = *warmup;
   o.disk_probe = !flags.GetBool("no-disk-probe");
+  o.memory_probe = !flags.GetBool("no-memory-probe");
   o.host_sampling = flags.GetBool("host-sampling");
   if (!flags.GetBool("quiet"))
     o.progress = [](const std::string& line) {

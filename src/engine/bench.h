@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "engine/disk_probe.h"
 #include "engine/engine.h"
+#include "engine/memory_probe.h"
 
 namespace rw {
 
@@ -92,6 +93,9 @@ struct BenchOptions {
   // Measure the disk's read bandwidth on the expert files first (DiskProbeResult), so each
   // case can say how far decode is from the storage bound.
   bool disk_probe = true;
+  // CPU backend: measure the memory's read bandwidth after load (MemoryProbeResult), so each
+  // case can say how far decode is from the memory-bandwidth bound.
+  bool memory_probe = true;
   // CUDA: draw decode tokens on the CPU from copied logits even though the GPU could draw them.
   bool host_sampling = false;
   // Progress lines (e.g. "prompt 3000: prefill done, 12.3 tok/s"); may be empty.
@@ -155,8 +159,11 @@ struct BenchReport {
   std::string decode_mode;   // how the decode stream was made (sampling parameters)
   uint64_t core_bytes = 0, expert_bytes = 0;
   std::optional<PageCacheDrop> cold_drop;
-  std::optional<DiskProbeResult> disk;  // the disk probe, when it ran
-  std::string disk_note;                // why it did not
+  std::optional<DiskProbeResult> disk;      // the disk probe, when it ran
+  std::string disk_note;                    // why it did not
+  std::optional<MemoryProbeResult> memory;  // the memory probe, when it ran
+  std::string memory_note;                  // why it did not
+  uint64_t core_bytes_per_token = 0;        // core weights a decoded token reads, head included
   double load_seconds = 0;
   int64_t warmup_tokens = 0;              // the warm-up prompt's length as run (0: no warm-up)
   double warmup_seconds = 0;              // the warm-up session's wall time

@@ -112,6 +112,12 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
     EXPECT_GT(j["disk_probe"]["blob_bytes"].get<uint64_t>(), 0u);
     EXPECT_NE(r.out.find("disk probe (O_DIRECT"), std::string::npos) << r.out;
   }
+  // The memory probe ran with the bench's threads, and each case sets decode against it.
+  ASSERT_TRUE(j["memory_probe"].contains("read_gb_s")) << j["memory_probe"].dump();
+  EXPECT_GT(j["memory_probe"]["read_gb_s"].get<double>(), 0);
+  EXPECT_EQ(j["memory_probe"]["threads"].get<int>(), 2);
+  EXPECT_GT(j["memory_probe"]["core_bytes_per_token"].get<uint64_t>(), 0u);
+  EXPECT_NE(r.out.find("memory probe: "), std::string::npos) << r.out;
   const std::string lock = j["options"]["core_lock"].get<std::string>();
   EXPECT_TRUE(lock == "locked" || lock.find("ulimit -l") != std::string::npos) << lock;
   EXPECT_NE(r.out.find("core pages: " + lock), std::string::npos) << r.out;
@@ -145,6 +151,15 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
     ExpectPhase(c["prefill"], lengths[i], "prefill");
     ExpectPhase(c["decode"], 24, "decode");
     EXPECT_GT(c["ttft_seconds"].get<double>(), 0);
+    const Json& mb = c["decode"]["memory_bound"];
+    ASSERT_TRUE(mb.is_object()) << mb.dump();
+    EXPECT_GT(mb["weight_bytes_per_token"].get<double>(),
+              j["memory_probe"]["core_bytes_per_token"].get<double>());  // plus the experts
+    EXPECT_GT(mb["kv_bytes_per_token"].get<double>(), 0);
+    EXPECT_GT(mb["bound_seconds_per_token"].get<double>(), 0);
+    EXPECT_NEAR(mb["ratio"].get<double>(),
+                mb["seconds_per_token"].get<double>() / mb["bound_seconds_per_token"].get<double>(),
+                1e-9 * mb["ratio"].get<double>());
     EXPECT_GE(c["ttft_seconds"].get<double>(), c["prefill"]["seconds"].get<double>());
     // A varied stream: 24 sampled ids from a 512-token vocabulary at temperature 1.
     const Json& d = c["decode"];
@@ -346,12 +361,14 @@ TEST(BenchLibTest, WarmupIsSeparateFromTheCases) {
 
 TEST(BenchCliTest, CoreLockAndDiskProbeCanBeTurnedOff) {
   auto r = test::Run(Bench("--prompt-tokens 12 --decode-tokens 3 --quiet --format json "
-                           "--lock-core off --no-disk-probe"),
+                           "--lock-core off --no-disk-probe --no-memory-probe"),
                      Scratch());
   ASSERT_EQ(r.code, 0) << r.err;
   const Json j = ParseOrFail(r.out);
   EXPECT_EQ(j["options"]["core_lock"].get<std::string>(), "core locking is off");
   EXPECT_EQ(j["disk_probe"]["skipped"].get<std::string>(), "off");
+  EXPECT_EQ(j["memory_probe"]["skipped"].get<std::string>(), "off");
+  EXPECT_TRUE(j["cases"][0]["decode"]["memory_bound"].is_null());
   EXPECT_TRUE(j["cases"][0]["decode"]["storage_bound"].is_null());
   r = test::Run(Bench("--lock-core maybe"), Scratch());
   EXPECT_EQ(r.code, 2) << r.err;

@@ -1,0 +1,370 @@
+// The bench's output: the JSON report (format redwing-bench/1) and the readable table, with
+// each decode case set against the storage and memory-bandwidth bounds the probes measured.
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "base/file.h"
+#include "engine/bench.h"
+
+namespace rw {
+
+namespace {
+
+std::string Mb(double bytes) {
+  return fmt::format("{:.1f} MB", bytes / 1e6);
+}
+
+Json OrNull(double v, bool valid) {
+  return valid ? Json(v) : Json(nullptr);
+}
+
+Json PhaseJson(const PhaseStats& p) {
+  const double n = static_cast<double>(std::max<int64_t>(1, p.tokens));
+  const bool any = p.tokens > 0;
+  Json j;
+  j["tokens"] = p.tokens;
+  j["seconds"] = p.seconds;
+  j["tok_s"] = OrNull(p.tok_s(), any && p.seconds > 0);
+  j["forward_seconds"] = p.forward_seconds;
+  j["forward_tok_s"] =
+      OrNull(p.tokens / std::max(1e-12, p.forward_seconds), any && p.forward_seconds > 0);
+  j["parts_seconds"] = {{"embed", p.parts.embed_s},
+                        {"attention", p.parts.attention_s},
+                        {"dense_mlp", p.parts.dense_s},
+                        {"router_experts", p.parts.moe_s},
+                        {"head", p.parts.head_s}};
+  j["experts_run"] = p.parts.experts_run;
+  const double hr = p.hit_rate();
+  j["experts"] = {{"acquires", p.experts.acquires},
+                  {"hits", p.experts.hits},
+                  {"misses", p.experts.misses},
+                  {"hit_rate", OrNull(hr, hr >= 0)},
+                  {"bytes_read", p.experts.bytes_read},
+                  {"bytes_read_per_token", OrNull(p.experts.bytes_read / n, any)},
+                  {"prefetches", p.experts.prefetches},
+                  {"prefetch_used", p.experts.prefetch_used},
+                  {"evicted_by_kernel", p.experts.evicted},
+                  {"dropped_by_store", p.experts.dropped},
+                  {"checksum_failures", p.experts.checksum_failures},
+                  {"wait_seconds", p.experts.wait_seconds}};
+  j["storage"] = {{"source", "/proc/self/io read_bytes"},
+                  {"available", p.io.available},
+                  {"read_bytes", p.io.read_bytes},
+                  {"read_bytes_per_token", OrNull(p.io.read_bytes / n, any && p.io.available)},
+                  {"rchar", p.io.rchar}};
+  j["io_wait_per_token_s"] = OrNull(p.experts.wait_seconds / n, any);
+  j["compute_per_token_s"] =
+      OrNull(std::max(0.0, p.forward_seconds - p.experts.wait_seconds) / n, any);
+  return j;
+}
+
+Json CgroupJson(const CgroupMemory& c) {
+  if (c.version == 0) return nullptr;
+  return {{"version", c.version},
+          {"path", c.path},
+          {"current_bytes", c.current},
+          {"limit_bytes", c.limit > 0 ? Json(c.limit) : Json(nullptr)},
+          {"peak_bytes", c.peak > 0 ? Json(c.peak) : Json(nullptr)},
+          {"file_bytes", c.file},
+          {"anon_bytes", c.anon}};
+}
+
+std::string Mib(uint64_t b) {
+  return fmt::format("{:.0f}", static_cast<double>(b) / (1 << 20));
+}
+
+}  // namespace
+
+// Decode against the storage bound: bytes the kernel fetched from storage per decoded token
+// over the probe's parallel bandwidth. Empty without a probe, or when decode read under 1 MB
+// per token (a warm run has no storage bound worth the name).
+namespace {
+struct StorageBoundFigures {
+  double bytes_per_token = 0, bound_s = 0, actual_s = 0, ratio = 0;
+};
+std::optional<DecodeMemoryBound> MemoryBound(const BenchReport& r, const BenchCase& c) {
+  if (!r.memory || c.decode.tokens == 0) return std::nullopt;
+  return MemoryBoundOfDecode(r.config, *r.memory, r.core_bytes_per_token,
+                             c.decode.experts.bytes_acquired, c.prompt_tokens, c.decode.tokens,
+                             c.decode.seconds);
+}
+std::optional<StorageBoundFigures> StorageBound(const BenchReport& r, const BenchCase& c) {
+  if (!r.disk || r.disk->parallel_gb_s <= 0 || !c.decode.io.available || c.decode.tokens == 0)
+    return std::nullopt;
+  StorageBoundFigures b;
+  const double n = static_cast<double>(c.decode.tokens);
+  b.bytes_per_token = static_cast<double>(c.decode.io.read_bytes) / n;
+  if (b.bytes_per_token < 1e6) return std::nullopt;
+  b.bound_s = b.bytes_per_token / (r.disk->parallel_gb_s * 1e9);
+  b.actual_s = c.decode.seconds / n;
+  b.ratio = b.actual_s / b.bound_s;
+  return b;
+}
+}  // namespace
+
+Json BenchReportToJson(const BenchReport& r) {
+  Json j;
+  j["format"] = "redwing-bench/1";
+  j["model"] = r.model_dir;
+  j["geometry"] = {{"layers", r.config.num_layers},   {"hidden", r.config.hidden_size},
+                   {"experts", r.config.num_experts}, {"top_k", r.config.top_k},
+                   {"vocab", r.config.vocab_size},    {"core_bytes", r.core_bytes},
+                   {"expert_bytes", r.expert_bytes}};
+  const BenchOptions& o = r.options;
+  j["options"] = {{"backend", r.backend},
+                  {"cuda_experts", r.cuda_experts},
+                  {"vram_budget", o.engine.vram_budget},
+                  {"expert_store", r.expert_store},
+                  {"memory_budget", o.engine.memory_budget},
+                  {"memory_plan", r.memory_plan},
+                  {"io_threads", o.engine.io_threads},
+                  {"io_backend", r.io_backend},
+                  {"core_lock", r.core_lock},
+                  {"early_expert_read", o.engine.early_expert_read},
+                  {"threads", r.threads},
+                  {"prefill_chunk", r.prefill_chunk},
+                  {"prefill_span", r.prefill_span},
+                  {"max_context", o.engine.max_context},
+                  {"prompt_tokens", o.prompt_tokens},
+                  {"decode_tokens", o.decode_tokens},
+                  {"seed", o.seed},
+                  {"cold", o.cold},
+                  {"warmup_tokens", o.warmup_tokens}};
+  j["decode_stream"] = r.decode_mode;
+  if (r.cold_drop) {
+    j["cold"] = {{"method", "posix_fadvise(POSIX_FADV_DONTNEED) on every file, before load"},
+                 {"files", r.cold_drop->files},
+                 {"bytes", r.cold_drop->bytes},
+                 {"resident_before", r.cold_drop->resident_before},
+                 {"resident_after", r.cold_drop->resident_after}};
+  } else {
+    j["cold"] = nullptr;
+  }
+  if (r.disk)
+    j["disk_probe"] = {{"method", r.disk->method},
+                       {"blob_bytes", r.disk->blob_bytes},
+                       {"depth", r.disk->depth},
+                       {"parallel_gb_s", r.disk->parallel_gb_s},
+                       {"serial_gb_s", r.disk->serial_gb_s},
+                       {"serial_ms_per_blob", r.disk->serial_ms_per_blob}};
+  else
+    j["disk_probe"] = {{"skipped", r.disk_note}};
+  if (r.memory)
+    j["memory_probe"] = {{"read_gb_s", r.memory->gb_s},
+                         {"threads", r.memory->threads},
+                         {"buffer_bytes", r.memory->buffer_bytes},
+                         {"passes", r.memory->passes},
+                         {"core_bytes_per_token", r.core_bytes_per_token}};
+  else
+    j["memory_probe"] = {{"skipped", r.memory_note}};
+  j["load"] = {{"seconds", r.load_seconds},
+               {"anon_bytes", r.load_anon},
+               {"file_bytes", r.load_file},
+               {"storage_read_bytes", r.load_io.read_bytes}};
+  if (r.warmup_tokens > 0)
+    j["warmup"] = {{"prompt_tokens", r.warmup_tokens},
+                   {"decode_tokens", kWarmupDecodeTokens},
+                   {"seconds", r.warmup_seconds}};
+  else
+    j["warmup"] = nullptr;
+  Json cases = Json::array();
+  for (const BenchCase& c : r.cases) {
+    Json cj;
+    cj["name"] = c.name;
+    cj["prompt_tokens"] = c.prompt_tokens;
+    cj["ttft_seconds"] = c.ttft_seconds;
+    cj["prefill"] = PhaseJson(c.prefill);
+    cj["prefill"]["host_syncs"] = c.prefill_host_syncs;
+    cj["decode"] = PhaseJson(c.decode);
+    cj["decode"]["sample_seconds"] = c.sample_seconds;
+    cj["decode"]["sampled_on"] = c.sampled_on_device ? "gpu" : "cpu";
+    cj["decode"]["host_syncs"] = c.decode_host_syncs;
+    cj["decode"]["distinct_generated_ids"] = c.distinct_generated;
+    cj["decode"]["generated_ids"] = c.generated;
+    cj["decode"]["routing"] = {
+        {"distinct_experts_per_layer",
+         c.distinct_experts_per_layer.empty() ? Json(nullptr) : Json(c.distinct_experts_per_layer)},
+        {"note", c.routing_note}};
+    if (const auto b = StorageBound(r, c))
+      cj["decode"]["storage_bound"] = {{"disk_bytes_per_token", b->bytes_per_token},
+                                       {"bound_seconds_per_token", b->bound_s},
+                                       {"seconds_per_token", b->actual_s},
+                                       {"ratio", b->ratio}};
+    else
+      cj["decode"]["storage_bound"] = nullptr;
+    if (const auto m = MemoryBound(r, c))
+      cj["decode"]["memory_bound"] = {{"weight_bytes_per_token", m->weight_bytes_per_token},
+                                      {"kv_bytes_per_token", m->kv_bytes_per_token},
+                                      {"bound_seconds_per_token", m->bound_s},
+                                      {"seconds_per_token", m->actual_s},
+                                      {"ratio", m->ratio}};
+    else
+      cj["decode"]["memory_bound"] = nullptr;
+    cj["memory"] = {
+        {"peak_private_bytes", c.memory.peak_anon},
+        {"peak_file_resident_bytes", c.memory.peak_file},
+        {"private_bytes_end", c.memory.anon_end},
+        {"file_resident_bytes_end", c.memory.file_end},
+        {"process_peak_rss_bytes", c.memory.peak_rss_process},
+        {"cgroup", CgroupJson(c.memory.cgroup)},
+        {"cgroup_peak_sampled_bytes",
+         c.memory.cgroup.version > 0 ? Json(c.memory.cgroup_peak_sampled) : Json(nullptr)}};
+    cases.push_back(std::move(cj));
+  }
+  j["cases"] = std::move(cases);
+  return j;
+}
+
+std::string BenchReportTable(const BenchReport& r) {
+  std::string s;
+  auto line = [&](const std::string& l) { s += l + "\n"; };
+  line(fmt::format("model {} ({} layers, {} experts, top-{}; core {}, experts {})", r.model_dir,
+                   r.config.num_layers, r.config.num_experts, r.config.top_k,
+                   FormatBytes(r.core_bytes), FormatBytes(r.expert_bytes)));
+  line(fmt::format(
+      "backend {}{}", r.backend,
+      r.options.engine.vram_budget > 0
+          ? fmt::format(" (VRAM budget {}; store columns: the VRAM expert cache)",
+                        FormatBytes(r.options.engine.vram_budget))
+          : std::string(r.backend == "cuda" ? " (every expert resident in VRAM)" : "")));
+  line(fmt::format("store {} ({}, {} reads in flight, early reads {}), {} threads{}; load {:.2f} s",
+                   r.expert_store, r.io_backend, r.options.engine.io_threads,
+                   r.options.engine.early_expert_read, r.threads,
+                   r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
+  line(fmt::format(
+      "prefill: chunks of {} tokens{}", r.prefill_chunk,
+      r.prefill_span > 0
+          ? fmt::format(", layer by layer over spans of up to {} tokens", r.prefill_span)
+          : std::string(", one chunk through every layer at a time")));
+  if (r.cold_drop)
+    line(
+        fmt::format("cold: {} files dropped from the page cache before load (posix_fadvise "
+                    "DONTNEED); resident {} before, {} after",
+                    r.cold_drop->files, FormatBytes(r.cold_drop->resident_before),
+                    FormatBytes(r.cold_drop->resident_after)));
+  else
+    line("warm: page cache left as found");
+  line(r.warmup_tokens > 0
+           ? fmt::format("warm-up: a {}-token prompt and {} decoded tokens first, {:.2f} s, not "
+                         "counted (first use of each expert: checksum, page mapping)",
+                         r.warmup_tokens, kWarmupDecodeTokens, r.warmup_seconds)
+           : std::string("warm-up: none (the first case pays the first use of each expert)"));
+  line("core pages: " + r.core_lock);
+  line("decode stream: " + r.decode_mode);
+  line("");
+  line(fmt::format(
+      "{:>7} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>6} {:>9} {:>9}", "prompt",
+      "prefill", "TTFT", "decode", "(fwd)", "private", "file-res", "cgroup", "store rd/t",
+      "disk rd/t", "hit", "wait/t", "compute/t"));
+  line(fmt::format(
+      "{:>7} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>11} {:>6} {:>9} {:>9}", "tokens",
+      "tok/s", "s", "tok/s", "tok/s", "peak MiB", "peak MiB", "MiB/limit", "MB (dec)", "MB (dec)",
+      "(dec)", "ms (dec)", "ms (dec)"));
+  for (const BenchCase& c : r.cases) {
+    const PhaseStats& d = c.decode;
+    const double n = static_cast<double>(std::max<int64_t>(1, d.tokens));
+    std::string cg = "-";
+    if (c.memory.cgroup.version > 0)
+      cg = Mib(c.memory.cgroup_peak_sampled) + "/" +
+           (c.memory.cgroup.limit > 0 ? Mib(c.memory.cgroup.limit) : std::string("none"));
+    const double hr = d.hit_rate();
+    line(fmt::format(
+        "{:>7} {:>9.2f} {:>7.2f} {:>9.2f} {:>9.2f} {:>9} {:>9} {:>11} {:>11.1f} {:>11} {:>6} "
+        "{:>9.1f} {:>9.1f}",
+        c.prompt_tokens, c.prefill.tok_s(), c.ttft_seconds, d.tok_s(),
+        d.forward_seconds > 0 ? d.tokens / d.forward_seconds : 0.0, Mib(c.memory.peak_anon),
+        Mib(c.memory.peak_file), cg, d.experts.bytes_read / n / 1e6,
+        d.io.available ? fmt::format("{:.1f}", d.io.read_bytes / n / 1e6) : std::string("n/a"),
+        hr >= 0 ? fmt::format("{:.1f}%", 100 * hr) : std::string("-"),
+        1e3 * d.experts.wait_seconds / n,
+        1e3 * std::max(0.0, d.forward_seconds - d.experts.wait_seconds) / n));
+  }
+  line(
+      "decode tok/s counts forward passes and sampling, (fwd) the forward passes alone; rd/t: "
+      "bytes read per decoded token by the store and by the kernel (/proc/self/io); wait: "
+      "summed over the threads that waited; compute: forward time minus wait");
+  if (r.backend == "cuda") {
+    for (const BenchCase& c : r.cases)
+      line(
+          fmt::format("  {:>5}: host syncs per token: prefill {:.3f}, decode {:.2f}; decode "
+                      "tokens drawn on the {}",
+                      c.prompt_tokens,
+                      static_cast<double>(c.prefill_host_syncs) /
+                          static_cast<double>(std::max<int64_t>(1, c.prefill.tokens)),
+                      static_cast<double>(c.decode_host_syncs) /
+                          static_cast<double>(std::max<int64_t>(1, c.decode.tokens)),
+                      c.sampled_on_device ? "GPU (logits stay there)" : "CPU"));
+    if (r.cuda_experts == "mapped") {
+      // Promotions are copies ahead of demand; their bytes are part of store rd/t.
+      const double blob = static_cast<double>(r.expert_bytes) /
+                          std::max(1, r.config.num_layers * r.config.num_experts);
+      for (const BenchCase& c : r.cases) {
+        const double n = static_cast<double>(std::max<int64_t>(1, c.decode.tokens));
+        line(fmt::format("  {:>5}: decode promotions per token {:.2f} (~{:.1f} MB copied)",
+                         c.prompt_tokens, c.decode.experts.prefetches / n,
+                         c.decode.experts.prefetches / n * blob / 1e6));
+      }
+    }
+    line(fmt::format(
+        "cuda: experts {}; the GPU's parts are not timed apart (all under attention below); "
+        "store columns count host-to-GPU expert bytes{}",
+        r.cuda_experts,
+        r.cuda_experts == "mapped"
+            ? " (kernels' reads of missing experts from pinned host memory + promotion copies)"
+            : " (copies into VRAM)"));
+  }
+  line("");
+  line(
+      "per part, ms per token (prefill | decode): embed, attention, dense MLP, router+experts, "
+      "head");
+  for (const BenchCase& c : r.cases) {
+    auto parts = [](const PhaseStats& p) {
+      const double n = static_cast<double>(std::max<int64_t>(1, p.tokens)) / 1e3;
+      return fmt::format("{:.2f} {:.2f} {:.2f} {:.2f} {:.2f}", p.parts.embed_s / n,
+                         p.parts.attention_s / n, p.parts.dense_s / n, p.parts.moe_s / n,
+                         p.parts.head_s / n);
+    };
+    line(fmt::format("  {:>5}: {} | {}", c.prompt_tokens, parts(c.prefill), parts(c.decode)));
+  }
+  line("");
+  for (const BenchCase& c : r.cases) {
+    const double phr = c.prefill.hit_rate();
+    line(fmt::format(
+        "  {:>5}: prefill read {} from the store ({} from disk), hit {}; decode: {} distinct ids "
+        "of {}; routing: {}",
+        c.prompt_tokens, Mb(static_cast<double>(c.prefill.experts.bytes_read)),
+        c.prefill.io.available ? Mb(static_cast<double>(c.prefill.io.read_bytes)) : "n/a",
+        phr >= 0 ? fmt::format("{:.1f}%", 100 * phr) : std::string("-"), c.distinct_generated,
+        c.generated.size(), c.distinct_experts_per_layer.empty() ? c.routing_note : "see JSON"));
+    if (const auto b = StorageBound(r, c))
+      line(
+          fmt::format("  {:>5}: storage bound {:.0f} ms per decoded token ({} from disk at "
+                      "{:.2f} GB/s); decode took {:.0f} ms, {:.2f}x the bound",
+                      c.prompt_tokens, 1e3 * b->bound_s, Mb(b->bytes_per_token),
+                      r.disk->parallel_gb_s, 1e3 * b->actual_s, b->ratio));
+    if (const auto m = MemoryBound(r, c))
+      line(
+          fmt::format("  {:>5}: memory bound {:.0f} ms per decoded token ({} of weights + {} of "
+                      "KV cache at {:.2f} GB/s); decode took {:.0f} ms, {:.2f}x the bound",
+                      c.prompt_tokens, 1e3 * m->bound_s, Mb(m->weight_bytes_per_token),
+                      Mb(m->kv_bytes_per_token), r.memory->gb_s, 1e3 * m->actual_s, m->ratio));
+  }
+  if (r.memory)
+    line(fmt::format("memory probe: {:.2f} GB/s read with {} threads (best of {} passes over {})",
+                     r.memory->gb_s, r.memory->threads, r.memory->passes,
+                     FormatBytes(r.memory->buffer_bytes)));
+  else
+    line("memory probe: " + r.memory_note);
+  if (r.disk)
+    line(
+        fmt::format("disk probe ({}): {:.2f} GB/s with {} reads in flight; one at a time "
+                    "{:.2f} GB/s, {:.1f} ms per {} blob",
+                    r.disk->method, r.disk->parallel_gb_s, r.disk->depth, r.disk->serial_gb_s,
+                    r.disk->serial_ms_per_blob, FormatBytes(r.disk->blob_bytes)));
+  else
+    line("disk probe: " + r.disk_note);
+  return s;
+}
+
+}  // namespace rw
