@@ -63,7 +63,7 @@ int Bench(const Args& args) {
              "yardstick for the storage bound)");
   flags.Bool("no-memory-probe",
              "skip the memory probe (a 256 MB streaming read after load, the yardstick for the "
-             "memory-bandwidth bound of CPU decode)");
+             "memory-bandwidth bound of CPU decode; not run with --cold)");
   flags.Bool("cold",
              "drop the model's files from the page cache (posix_fadvise DONTNEED) before "
              "loading");

@@ -603,6 +603,9 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
     rep.memory_note = "off";
   } else if (engine->backend() != "cpu") {
     rep.memory_note = "not run: the weights are in GPU memory";
+  } else if (o.cold) {
+    // Its 256 MB would crowd the page cache a cold run (often under a memory cap) measures.
+    rep.memory_note = "not run with --cold";
   } else {
     TraceScope s("memory probe", "bench");
     Result<MemoryProbeResult> m = ProbeMemoryRead(engine->pool());

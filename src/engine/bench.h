@@ -93,8 +93,8 @@ struct BenchOptions {
   // Measure the disk's read bandwidth on the expert files first (DiskProbeResult), so each
   // case can say how far decode is from the storage bound.
   bool disk_probe = true;
-  // CPU backend: measure the memory's read bandwidth after load (MemoryProbeResult), so each
-  // case can say how far decode is from the memory-bandwidth bound.
+  // CPU backend, warm runs: measure the memory's read bandwidth after load (MemoryProbeResult),
+  // so each case can say how far decode is from the memory-bandwidth bound.
   bool memory_probe = true;
   // CUDA: draw decode tokens on the CPU from copied logits even though the GPU could draw them.
   bool host_sampling = false;

@@ -246,8 +246,11 @@ TEST(BenchCliTest, ColdSlotsRunReadsFromStorage) {
   ASSERT_TRUE(j["cold"].is_object()) << j["cold"].dump();
   EXPECT_GE(j["cold"]["files"].get<int>(), 3);  // manifest, core, index, layer files
   EXPECT_GT(j["cold"]["bytes"].get<uint64_t>(), 0u);
-  // A cold run measures the first use, so it does not warm up unless asked to.
+  // A cold run measures the first use, so it does not warm up unless asked to, and it leaves
+  // the page cache to the model (no memory probe).
   EXPECT_TRUE(j["warmup"].is_null()) << j["warmup"].dump();
+  EXPECT_EQ(j["memory_probe"]["skipped"].get<std::string>(), "not run with --cold");
+  EXPECT_TRUE(j["cases"][0]["decode"]["memory_bound"].is_null());
   const Json& c = j["cases"][0];
   // The slots store fills its slots by reading the expert files.
   EXPECT_GT(c["prefill"]["experts"]["bytes_read"].get<uint64_t>(), 0u);
