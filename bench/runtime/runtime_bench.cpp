@@ -18,6 +18,7 @@
 #include "base/thread_pool.h"
 #include "base/timer.h"
 #include "engine/engine.h"
+#include "engine/memory_probe.h"
 
 namespace rw {
 namespace {
@@ -45,29 +46,6 @@ double CpuSeconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-// Streaming read bandwidth with the engine's threads over a buffer far larger than the caches.
-double ReadBandwidthGBs(ThreadPool* pool) {
-  const size_t n = size_t{1} << 28;  // 1 GiB of floats
-  std::vector<float> buf(n, 1.0f);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> partial(pool->size(), 0.0);
-    Stopwatch sw;
-    pool->ParallelFor(n / 4096, 1, [&](size_t b, size_t e, int t) {
-      float acc[8] = {0};
-      for (size_t i = b * 4096; i < e * 4096; i += 8)
-        for (int j = 0; j < 8; ++j) acc[j] += buf[i + j];
-      double s = 0;
-      for (float a : acc) s += a;
-      partial[t] += s;
-    });
-    const double s = sw.Seconds();
-    if (partial[0] < 0) std::printf("%f", partial[0]);  // keep the loop alive
-    best = std::max(best, n * 4.0 / s / 1e9);
-  }
-  return best;
 }
 
 int Main(int argc, char** argv) {
@@ -162,7 +140,12 @@ int Main(int argc, char** argv) {
   const double expert_bytes =
       static_cast<double>(after.bytes_acquired - before.bytes_acquired) / decode;
   const double core_bytes = static_cast<double>(m.core_bytes_per_token());
-  const double bw = ReadBandwidthGBs((*engine)->pool());
+  auto probe = ProbeMemoryRead((*engine)->pool(), uint64_t{1} << 30);
+  if (!probe.ok()) {
+    std::fprintf(stderr, "runtime_bench: %s\n", probe.status().ToString().c_str());
+    return 1;
+  }
+  const double bw = probe->gb_s;
   const double bytes = core_bytes + expert_bytes;
   std::printf("bytes per token: %.2f GB (core %.2f GB incl. head, experts %.2f GB)\n", bytes / 1e9,
               core_bytes / 1e9, expert_bytes / 1e9);

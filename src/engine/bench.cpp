@@ -394,6 +394,11 @@ SamplingParams BenchSampling(uint64_t seed) {
   return p;
 }
 
+// Tokens per Prefill call: a chunk, or a layer-major span, as generation appends a prompt.
+int64_t PrefillCallTokens(const Engine& engine) {
+  return std::max<int64_t>({1, engine.prefill_chunk(), engine.prefill_span()});
+}
+
 // The warm-up session: its own prompt (a seed no case uses), prefilled in the engine's chunks,
 // then a few sampled tokens so decode's paths and scratch are warm too. Nothing is recorded.
 Status RunWarmup(const Engine& engine, const BenchOptions& o, int64_t prompt_tokens) {
@@ -401,7 +406,7 @@ Status RunWarmup(const Engine& engine, const BenchOptions& o, int64_t prompt_tok
   const std::vector<int> prompt = SyntheticPrompt(prompt_tokens, cfg.vocab_size, cfg.bos_token_id,
                                                   o.seed * 0x100000001B3ull + 0x5741524Dull);
   auto session = engine.NewSession();
-  const int64_t chunk = std::max<int64_t>({1, engine.prefill_chunk(), engine.prefill_span()});
+  const int64_t chunk = PrefillCallTokens(engine);
   std::vector<float> logits;
   for (int64_t i = 0; i < prompt_tokens; i += chunk) {
     const int64_t m = std::min(chunk, prompt_tokens - i);
@@ -436,7 +441,7 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
   Stopwatch prefill_sw;
   {
     TraceScope s("prefill", "bench", "tokens", prompt_tokens);
-    const int64_t chunk = std::max<int64_t>({1, engine.prefill_chunk(), engine.prefill_span()});
+    const int64_t chunk = PrefillCallTokens(engine);
     for (int64_t i = 0; i < prompt_tokens; i += chunk) {
       const int64_t m = std::min(chunk, prompt_tokens - i);
       TraceScope cs("prefill chunk", "bench", "pos", i);

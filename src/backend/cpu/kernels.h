@@ -73,6 +73,12 @@ const KernelTable& Active();
 // thread's next call. Defined in portable code so no container is instantiated with AVX code.
 float* PackScratch(int64_t floats);
 
+// The affine matvecs compute two rows at a time. A range of at least kFarPairMinRows rows of at
+// least kFarPairMinRowBytes bytes pairs row i with row i + half (two sequential streams, which
+// the hardware prefetchers follow; measurements in linear_avx2.cpp); others pair adjacent rows.
+inline constexpr int64_t kFarPairMinRowBytes = 1024;
+inline constexpr int64_t kFarPairMinRows = 128;
+
 // Asks the caches for the weight bytes (data, scales, biases) that PackPanel will read for rows
 // [n0, n0 + nr) × columns [kc, kc + kl). The matmuls call it one panel ahead: a panel's rows are
 // short strided runs that the hardware prefetcher does not follow, and for an expert's ~32 rows

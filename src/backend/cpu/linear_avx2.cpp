@@ -199,11 +199,6 @@ void AffineRows(const WeightView& w, const float* x, const float* prep, float* y
   }
 }
 
-// Ranges of at least kFarPairMinRows rows of at least kFarPairMinRowBytes bytes are paired
-// from their two halves.
-constexpr int64_t kFarPairMinRowBytes = 1024;
-constexpr int64_t kFarPairMinRows = 128;
-
 // Rows [r0, r1) in pairs. Long rows pair row i with row i + half, so the kernel reads two
 // sequential streams; adjacent pairs interleave two runs 1.4 KB apart, which the hardware
 // prefetchers follow poorly: a loads-only copy of the loop streamed 13.0 GB/s that way against
@@ -215,7 +210,7 @@ template <int kBits, int kGroup>
 void MatVecAffineG(const WeightView& w, const float* x, const float* prep, float* y, int64_t r0,
                    int64_t r1) {
   const int64_t n = r1 - r0;
-  if (w.cols * w.bits / 8 >= kFarPairMinRowBytes && n >= kFarPairMinRows) {
+  if (w.cols * w.bits / 8 >= detail::kFarPairMinRowBytes && n >= detail::kFarPairMinRows) {
     const int64_t half = n / 2;
     for (int64_t i = 0; i < half; ++i)
       AffineRows<kBits, kGroup, 2>(w, x, prep, y + i, r0 + i, half);

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/avx512_util.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/linear_avx2.h"
 #include "backend/cpu/linear_avx512.h"
 
@@ -171,18 +172,13 @@ void AffineRows(const WeightView& w, const float* prep, float* y, int64_t r, int
     y[i * stride] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i], bias_acc[i]));
 }
 
-// Ranges of at least kFarPairMinRows rows of at least kFarPairMinRowBytes bytes are paired
-// from their two halves.
-constexpr int64_t kFarPairMinRowBytes = 1024;
-constexpr int64_t kFarPairMinRows = 128;
-
 // Rows [r0, r1) in pairs; long rows of a long range pair row i with row i + half so the kernel
 // reads two sequential streams, not two runs a row apart interleaved (see linear_avx2.cpp). On
 // a Xeon, 2 threads: +5–14%; 16 threads (short ranges, left adjacent): −2% to +1%.
 template <int kBits, int kGroup>
 void MatVecAffineG(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1) {
   const int64_t n = r1 - r0;
-  if (w.cols * w.bits / 8 >= kFarPairMinRowBytes && n >= kFarPairMinRows) {
+  if (w.cols * w.bits / 8 >= detail::kFarPairMinRowBytes && n >= detail::kFarPairMinRows) {
     const int64_t half = n / 2;
     for (int64_t i = 0; i < half; ++i) AffineRows<kBits, kGroup, 2>(w, prep, y + i, r0 + i, half);
     if (n % 2 != 0) AffineRows<kBits, kGroup, 1>(w, prep, y + n - 1, r1 - 1, 0);
