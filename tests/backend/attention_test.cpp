@@ -99,7 +99,8 @@ void ExpectAttnClose(const std::vector<float>& got, const Expected& want, const 
     ASSERT_NEAR(got[i], want.out[i], want.tol[i]) << what << " @" << i;
 }
 
-const Shape kShapes[] = {{1, 1, 8}, {4, 2, 12}, {8, 1, 64}, {4, 4, 72}, {16, 8, 256}, {16, 2, 512}};
+const Shape kShapes[] = {{1, 1, 8},  {4, 2, 12},   {8, 1, 64},  {4, 4, 72},
+                         {8, 2, 40}, {16, 8, 256}, {16, 2, 512}};
 
 TEST(Attention, DecodeMatchesNaiveFullCache) {
   for (const Shape& s : kShapes) {

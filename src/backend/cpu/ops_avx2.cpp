@@ -221,20 +221,66 @@ void ScoreTile(const float* const* q, const float* k, int hd, float scale, float
   }
 }
 
+// Asks for KV rows [row, row + rows) of a chunk: the attention kernels walk K and V rows
+// ~1-2 KB apart several at a time, a pattern the hardware prefetchers follow poorly when the
+// cache comes from DRAM (decode). Prefetches past the end of the cache never fault.
+constexpr int kKvPrefetchRows = 4;
+inline void PrefetchKvRows(const float* row, int hd, int rows) {
+  for (int d = 0; d < rows * hd; d += 16)
+    _mm_prefetch(reinterpret_cast<const char*>(row + d), _MM_HINT_T0);
+}
+
+// Only the first query tile's pass reads K from DRAM; later passes find it in L2.
 template <int kQ>
 void ScoreRowTiles(const float* const* q, const float* k, int64_t n, int hd, float scale, float* s,
-                   int64_t lds) {
+                   int64_t lds, bool prefetch) {
   int64_t t = 0;
-  for (; t + 4 <= n; t += 4) ScoreTile<kQ, 4>(q, k + t * hd, hd, scale, s + t, lds);
+  for (; t + 4 <= n; t += 4) {
+    if (prefetch) PrefetchKvRows(k + (t + 4) * hd, hd, kKvPrefetchRows);
+    ScoreTile<kQ, 4>(q, k + t * hd, hd, scale, s + t, lds);
+  }
   for (; t < n; ++t) ScoreTile<kQ, 1>(q, k + t * hd, hd, scale, s + t, lds);
+}
+
+// One or two queries (decode on a layer with two query heads per KV head): one key row at a
+// time, a single sequential stream, with two accumulators per query to halve the FMA chain.
+// Interleaving four rows as the tiles do streamed half as fast from DRAM.
+template <int kQ>
+void ScoreRowsSequential(const float* const* q, const float* k, int64_t n, int hd, float scale,
+                         float* s, int64_t lds) {
+  const int hd16 = hd & ~15;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* kr = k + t * hd;
+    PrefetchKvRows(kr + kKvPrefetchRows * hd, hd, 1);
+    __m256 a0[kQ], a1[kQ];
+    RW_UNROLL
+    for (int i = 0; i < kQ; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
+    int d = 0;
+    for (; d < hd16; d += 16) {
+      const __m256 k0 = _mm256_loadu_ps(kr + d), k1 = _mm256_loadu_ps(kr + d + 8);
+      RW_UNROLL
+      for (int i = 0; i < kQ; ++i) {
+        a0[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), k0, a0[i]);
+        a1[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d + 8), k1, a1[i]);
+      }
+    }
+    RW_UNROLL
+    for (int i = 0; i < kQ; ++i) {
+      float dot = HorizontalSum(_mm256_add_ps(a0[i], a1[i]));
+      for (int e = d; e < hd; ++e) dot += q[i][e] * kr[e];
+      s[i * lds + t] = scale * dot;
+    }
+  }
 }
 
 void Scores(const float* const* q, int nq, const float* k, int64_t n, int hd, float scale, float* s,
             int64_t lds) {
+  if (nq == 1) return ScoreRowsSequential<1>(q, k, n, hd, scale, s, lds);
+  if (nq == 2) return ScoreRowsSequential<2>(q, k, n, hd, scale, s, lds);
   int i = 0;
-  for (; i + 3 <= nq; i += 3) ScoreRowTiles<3>(q + i, k, n, hd, scale, s + i * lds, lds);
-  if (nq - i == 2) ScoreRowTiles<2>(q + i, k, n, hd, scale, s + i * lds, lds);
-  if (nq - i == 1) ScoreRowTiles<1>(q + i, k, n, hd, scale, s + i * lds, lds);
+  for (; i + 3 <= nq; i += 3) ScoreRowTiles<3>(q + i, k, n, hd, scale, s + i * lds, lds, i == 0);
+  if (nq - i == 2) ScoreRowTiles<2>(q + i, k, n, hd, scale, s + i * lds, lds, i == 0);
+  if (nq - i == 1) ScoreRowTiles<1>(q + i, k, n, hd, scale, s + i * lds, lds, i == 0);
 }
 
 // PV tile: kQ queries × 16 columns of head_dim in 2·kQ accumulators across all n positions
@@ -295,10 +341,58 @@ void PvQueries(int nq, const float* p, int64_t ldp, int64_t n, const float* v, i
   }
 }
 
-// Column slices outermost: one 16-column slice of the V chunk (n lines of 64 bytes) stays in
-// L1 while every query tile uses it; the strided walk down V would otherwise come from L2
-// once per query tile.
+// Few queries (decode): V rows outermost, four at a time, each query's o updated in place
+// (o stays in L1: at most 8 × 512 floats). V streams in order instead of in 16-column walks
+// down a chunk; from DRAM those walks ran at half the read bandwidth. Each o[c] still takes
+// its FMAs in ascending t, so for head dims that are multiples of 16 the result is bitwise the
+// column-slice path's.
+constexpr int kPvRowsMaxQueries = 8;
+void PvRows(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int hd,
+            float* const* o) {
+  const int hd8 = hd & ~7;
+  int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    const float* v0 = v + t * hd;
+    PrefetchKvRows(v0 + kKvPrefetchRows * hd, hd, 4);
+    for (int d = 0; d < hd8; d += 8) {
+      const __m256 b0 = _mm256_loadu_ps(v0 + d), b1 = _mm256_loadu_ps(v0 + hd + d);
+      const __m256 b2 = _mm256_loadu_ps(v0 + 2 * hd + d), b3 = _mm256_loadu_ps(v0 + 3 * hd + d);
+      for (int i = 0; i < nq; ++i) {
+        const float* pi = p + i * ldp + t;
+        __m256 a = _mm256_loadu_ps(o[i] + d);
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(pi), b0, a);
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + 1), b1, a);
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + 2), b2, a);
+        a = _mm256_fmadd_ps(_mm256_broadcast_ss(pi + 3), b3, a);
+        _mm256_storeu_ps(o[i] + d, a);
+      }
+    }
+    for (int i = 0; i < nq; ++i) {
+      for (int d = hd8; d < hd; ++d) {
+        float a = o[i][d];
+        for (int r = 0; r < 4; ++r) a += p[i * ldp + t + r] * v0[r * hd + d];
+        o[i][d] = a;
+      }
+    }
+  }
+  for (; t < n; ++t) {
+    const float* v0 = v + t * hd;
+    for (int i = 0; i < nq; ++i) {
+      const __m256 pt = _mm256_broadcast_ss(p + i * ldp + t);
+      int d = 0;
+      for (; d < hd8; d += 8)
+        _mm256_storeu_ps(o[i] + d,
+                         _mm256_fmadd_ps(pt, _mm256_loadu_ps(v0 + d), _mm256_loadu_ps(o[i] + d)));
+      for (; d < hd; ++d) o[i][d] += p[i * ldp + t] * v0[d];
+    }
+  }
+}
+
+// Many queries (prefill): column slices outermost, so one 16-column slice of the V chunk (n
+// lines of 64 bytes) stays in L1 while every query tile uses it; the strided walk down V would
+// otherwise come from L2 once per query tile.
 void Pv(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int hd, float* const* o) {
+  if (nq <= kPvRowsMaxQueries) return PvRows(p, ldp, nq, n, v, hd, o);
   const int hd16 = hd & ~15;
   // Queries in ceil(nq/6) tiles of near-equal height (8 queries: 4+4, not 6+2).
   const int tiles = (nq + 5) / 6;
