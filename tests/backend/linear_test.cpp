@@ -163,7 +163,7 @@ TEST(MatVec, EveryIsaMatchesReference) {
             const std::string what =
                 fmt::format("{} q{} g{} [{}x{}]", IsaName(isa), bits, group, n, k);
             SweepMatVec(w->view, what);
-            for (int64_t m : {2, 3, 4, 6}) CheckMatMul(w->view, m, combo % 4, what);
+            for (int64_t m : {2, 3, 4, 5, 6, 7, 8, 9}) CheckMatMul(w->view, m, combo % 4, what);
           }
         }
       }
