@@ -713,6 +713,15 @@ void MatMulRows(const WeightView& w, const float* x, int64_t m, float* y, int64_
           const int mr = tile_rows(t, &mb);
           const float* a = ap + t * kKc * kMr;
           float* yc = y + mb * n_total + n0;
+          if (kc > 0 && t + 1 < tiles) {
+            // The next tile's partial sums: Y of a 512-row chunk is 4-8 MB, so they come from
+            // L3, and the micro-kernel's first FMAs wait on them.
+            int64_t mb1 = 0;
+            const int mr1 = tile_rows(t + 1, &mb1);
+            for (int i = 0; i < mr1; ++i)
+              _mm_prefetch(reinterpret_cast<const char*>(y + (mb1 + i) * n_total + n0),
+                           _MM_HINT_T0);
+          }
           if (nr == kNr) {
             RunMicroAt<kMr>(mr, a, bp, kl, yc, n_total, kc > 0);
             continue;
