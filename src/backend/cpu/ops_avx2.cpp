@@ -440,7 +440,7 @@ void Pv(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int hd, 
 // Up to this many X rows, MatMul on affine weights runs the shared-unpack matvec kernel (in
 // groups of up to 4 rows) instead of packing panels: a prefill of ~128 tokens gives each expert
 // 5-8 of them. One thread, weights from DRAM, M = 5-8 on an expert's [704 × 2816] and
-// [2816 × 704] q4: +13% to +51% over the packed path (Zen 3); at M = 12 it lost 17%.
+// [2816 × 704] q4: +8% to +55% over the packed path (Zen 3); at M = 12 it lost 17%.
 constexpr int kSmallM = 8;
 
 const detail::KernelTable kAvx2 = {
