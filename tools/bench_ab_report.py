@@ -116,13 +116,15 @@ def dig(obj, path):
 def figure_stats(base, trial, better, speed):
     ratio, low, high = ratio_ci(base, trial)
     noise = noise_floor(base, trial)
+    # Zero in every run of both (no disk reads on a warm run): equal, nothing to test.
+    same_zero = bool(base) and bool(trial) and not any(base) and not any(trial)
     return {
         "base_mean": mean(base) if base else None,
         "try_mean": mean(trial) if trial else None,
         "ratio": ratio,
         "ci95": [low, high] if low is not None else None,
         "noise_floor": noise,
-        "verdict": verdict(ratio, low, high, noise, better, speed),
+        "verdict": "within noise" if same_zero else verdict(ratio, low, high, noise, better, speed),
     }
 
 
@@ -229,6 +231,8 @@ def fmt(v, unit=""):
     """A number for the tables (the exact value is in the cell's data-value)."""
     if v is None:
         return "–"
+    if unit == "ratio":
+        return f"{v:.4f}"
     if unit == "bytes":
         for scale, suffix in ((1 << 30, " GiB"), (1 << 20, " MiB"), (1 << 10, " KiB")):
             if abs(v) >= scale:
@@ -363,7 +367,7 @@ def render_html(rep):
                 row.append(cell(r["value"], f"run{r['index']}", f["unit"]))
             row.append(cell(f["base_mean"], "base_mean", f["unit"]))
             row.append(cell(f["try_mean"], "try_mean", f["unit"]))
-            row.append(cell(f["ratio"], "ratio"))
+            row.append(cell(f["ratio"], "ratio", "ratio"))
             ci = f["ci95"]
             row.append(f"<td data-field='ci95' data-low='{'' if not ci else repr(ci[0])}' "
                        f"data-high='{'' if not ci else repr(ci[1])}'>"
