@@ -2,7 +2,8 @@
 # Compares two snapshots (scripts/bench-snapshot.sh) with `redwing bench`, A-B-B-A in fresh
 # processes, and writes an HTML report and its JSON:
 #
-#   scripts/bench-ab.sh [--memory-limit SIZE] [--out DIR] BASE TRY [PAIRS] -- --model DIR [bench flags]
+#   scripts/bench-ab.sh [--memory-limit SIZE] [--out DIR] [--try-flags "FLAGS"] BASE TRY [PAIRS] \
+#       -- --model DIR [bench flags]
 #
 # PAIRS (default 3) pairs of runs in the order A B B A A B ...: each pair has one run of each
 # build, and their order alternates so a drift of the machine (heat, other work) falls on both
@@ -11,6 +12,8 @@
 # say --cold (then bench itself drops them before loading) or BENCH_AB_PREPARE=none. The bench's
 # own warm-up (--warmup) runs inside each process.
 #
+# --try-flags adds flags to TRY's runs only: one snapshot under both names then measures a flag
+# (e.g. --try-flags "--trace /tmp/t.json" measures what tracing costs).
 # --memory-limit SIZE runs each bench under scripts/with-memory-limit.sh SIZE (a fresh cgroup per
 # run, so one run's page cache is not charged to the next). Running this whole script under
 # with-memory-limit.sh also works: every run then shares that cgroup.
@@ -26,14 +29,16 @@ die() {
   echo "$prog: $*" >&2
   exit 2
 }
-usage="usage: $prog [--memory-limit SIZE] [--out DIR] BASE TRY [PAIRS] -- --model DIR [bench flags]"
+usage="usage: $prog [--memory-limit SIZE] [--out DIR] [--try-flags FLAGS] BASE TRY [PAIRS] -- --model DIR [bench flags]"
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 limit=
 out=
+try_flags=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --memory-limit) limit=${2:?--memory-limit needs a size}; shift 2 ;;
     --out) out=${2:?--out needs a folder}; shift 2 ;;
+    --try-flags) read -r -a try_flags <<<"${2:?--try-flags needs flags}"; shift 2 ;;
     -h | --help) echo "$usage"; exit 0 ;;
     *) break ;;
   esac
@@ -107,10 +112,14 @@ total=${#order[@]}
 for which in "${order[@]}"; do
   n=$((n + 1))
   snap=$base
-  [[ $which == try ]] && snap=$try
+  extra=()
+  if [[ $which == try ]]; then
+    snap=$try
+    extra=("${try_flags[@]}")
+  fi
   tag=$(printf '%02d-%s' "$n" "$which")
   json="$out/runs/$tag.json"
-  cmd=("${wrap[@]}" "$snaps/$snap/redwing" bench "${bench_flags[@]}" --format json --quiet --json "$json")
+  cmd=("${wrap[@]}" "$snaps/$snap/redwing" bench "${bench_flags[@]}" "${extra[@]}" --format json --quiet --json "$json")
   printf '%s\n' "${cmd[*]}" >>"$out/commands.txt"
   prepare
   echo "$prog: run $n/$total: $which ($snap)" >&2
@@ -128,5 +137,5 @@ for which in "${order[@]}"; do
 done
 
 python3 "$root/tools/bench_ab_report.py" --dir "$out" --base "$base" --try "$try" \
-  --snapshots "$snaps" --bench-flags "${bench_flags[*]}"
+  --snapshots "$snaps" --bench-flags "${bench_flags[*]}" --try-flags "${try_flags[*]}"
 echo "$prog: report: $out/report.html" >&2

@@ -343,6 +343,8 @@ def render_html(rep):
         parts.append(f"<tr><td class='label'>{k.upper()}</td><td class='label'>{e(b['name'])}</td>"
                      f"<td class='label'><code>{e(b['describe'])} ({e(b['id'])})</code></td></tr>")
     parts.append("</table>")
+    if rep.get("try_flags"):
+        parts.append(f"<p>TRY's runs add <code id='try-flags'>{e(rep['try_flags'])}</code>.</p>")
     parts.append(f"<p>{rep['pairs']} pairs, order {' '.join(o.upper() for o in rep['order'])}; "
                  f"{rep['failed_runs']} failed runs. {e(rep['method'])}.</p>")
     parts.append("<h2>Machine</h2><table id='machine'>")
@@ -405,6 +407,7 @@ def main(argv):
     ap.add_argument("--try", dest="trial", required=True)
     ap.add_argument("--snapshots", default="build/bench-snapshots")
     ap.add_argument("--bench-flags", default="")
+    ap.add_argument("--try-flags", default="", help="flags TRY's runs had on top")
     a = ap.parse_args(argv)
     runs = read_runs(a.dir)
     if not runs:
@@ -422,6 +425,7 @@ def main(argv):
             commands = [l.rstrip("\n") for l in f if l.strip()]
     commits = {"base": read_commit(a.snapshots, a.base), "try": read_commit(a.snapshots, a.trial)}
     rep = build_report(runs, a.base, a.trial, machine, commits, commands, a.bench_flags)
+    rep["try_flags"] = a.try_flags
     with open(os.path.join(a.dir, "report.json"), "w") as f:
         json.dump(rep, f, indent=2)
         f.write("\n")

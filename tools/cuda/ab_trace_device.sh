@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# On a GPU machine (the device tool), from a folder made by tools/cuda/pack_ab.sh: the CUDA
+# trace test, a CUDA decode trace of the small synthetic model and its summary, and A-B reports
+# (a real change, a build against itself, tracing and profiling against none) on CUDA and on
+# the CPU. Everything lands in $OUT/ab.tar.gz and $OUT/log.txt.
+#   cd <pack folder> && bash tools/cuda/ab_trace_device.sh
+set -u
+R=$(pwd)
+out=${OUT:-/tmp/ab_out}
+mkdir -p "$out"
+exec > >(tee "$out/log.txt") 2>&1
+export LD_LIBRARY_PATH="$R/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=/dev/null
+. "$R/paths.env"
+# The test binary finds the CLI and tools/ under the paths compiled into it.
+if [ -L "$REDWING_SOURCE_DIR_ON_BUILD" ] || [ ! -e "$REDWING_SOURCE_DIR_ON_BUILD" ]; then
+  mkdir -p "$(dirname "$REDWING_SOURCE_DIR_ON_BUILD")" && ln -sfn "$R" "$REDWING_SOURCE_DIR_ON_BUILD"
+fi
+mkdir -p "$REDWING_BUILD_DIR_ON_BUILD/bin" "$REDWING_BUILD_DIR_ON_BUILD/test_tmp"
+ln -sfn "$R/bin/redwing" "$REDWING_BUILD_DIR_ON_BUILD/bin/redwing"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nproc
+work=/tmp/abwork
+rm -rf "$work" && mkdir -p "$work/ab" "$work/trace"
+"$R/bin/redwing" synth --geometry small --seed 1 --out "$work/small" >/dev/null || exit 1
+
+echo "== cuda-labelled test"
+timeout 240 "$R/bin/trace_format_cuda_test" 2>&1 | tail -60
+
+echo "== a CUDA decode trace"
+"$R/bin/redwing" bench --backend cuda --model "$work/small" --prompt-tokens 512 \
+  --decode-tokens 64 --quiet --format json --json "$work/trace/bench.json" \
+  --trace "$work/trace/cuda_decode.trace.json" --profile "$work/trace/cuda_decode.profile.json" >/dev/null
+python3 "$R/tools/trace_summary.py" "$work/trace/cuda_decode.trace.json" --window decode \
+  --top 25 | tee "$work/trace/summary_decode.txt"
+python3 "$R/tools/trace_summary.py" "$work/trace/cuda_decode.trace.json" --top 12 \
+  >"$work/trace/summary_all.txt"
+
+# Snapshots: the two builds as bench-ab.sh expects them.
+for s in head base; do
+  mkdir -p "$R/snaps/$s"
+  b="$R/bin/redwing"
+  [ $s = base ] && b="$R/bin/redwing-base"
+  cp "$b" "$R/snaps/$s/redwing"
+  cp "$R/commit-$s" "$R/snaps/$s/commit"
+done
+ab() {
+  local name=$1
+  shift
+  echo "== $name"
+  REDWING_SNAPSHOTS="$R/snaps" timeout 300 bash "$R/scripts/bench-ab.sh" --out "$work/ab/$name" "$@"
+}
+cuda=(--backend cuda --model "$work/small" --prompt-tokens 128,1024 --decode-tokens 128)
+cpu=(--model "$work/small" --threads 16 --prompt-tokens 128,1024 --decode-tokens 64)
+ab cuda-change base head 3 -- "${cuda[@]}"
+ab cuda-self head head 3 -- "${cuda[@]}"
+ab cuda-trace --try-flags "--trace $work/t.json" head head 3 -- "${cuda[@]}"
+ab cuda-profile --try-flags "--profile $work/p.json" head head 3 -- "${cuda[@]}"
+ab cpu-change base head 3 -- "${cpu[@]}"
+ab cpu-self head head 3 -- "${cpu[@]}"
+ab cpu-trace --try-flags "--trace $work/t.json" head head 3 -- "${cpu[@]}"
+ab cpu-profile --try-flags "--profile $work/p.json" head head 3 -- "${cpu[@]}"
+ab cpu-limit --memory-limit 1G base head 1 -- "${cpu[@]}"
+rm -f "$work/t.json" "$work/p.json"
+tar czf "$out/ab.tar.gz" -C "$work" ab trace
+ls -la "$out"
