@@ -4,7 +4,9 @@
     tools/trace_summary.py FILE [--window NAME] [--top N] [--json]
 
 Prints
-  - GPU time per kernel (and per copy kind): launches, total, mean, share of the GPU's busy time;
+  - GPU time per kernel (and per copy kind): launches, total, mean, share of all kernel time
+    (kernels overlap under programmatic dependent launch, so a kernel's span includes its wait
+    for the one before; REDWING_CUDA_PDL=0 gives spans without overlap);
   - GPU idle time by what the CPU was doing: the gaps in the union of every GPU stream's work,
     each split by the innermost span open on the main thread at that moment;
   - I/O wait by layer: the expert waits ("experts"/"wait" spans, whose "layer" argument names
@@ -121,6 +123,9 @@ def summarize(events, window=None):
             k = per_kernel[(e["cat"], e["name"])]
             k[0] += 1
             k[1] += d
+    # Kernels may overlap (programmatic dependent launch, side streams): their sum can exceed
+    # the busy time, so each kernel's share is of the sum.
+    kernel_total = sum(v[1] for v in per_kernel.values())
     busy = merge([[e["ts"], e["ts"] + e["dur"]] for e in gpu])
     busy_in = [(lo, hi) for lo, hi, _, _ in intersect([tuple(w) for w in win], [tuple(b) for b in busy])]
     busy_total = sum(b - a for a, b in busy_in)
@@ -171,7 +176,7 @@ def summarize(events, window=None):
         "gpu_events": len(gpu),
         "kernels": sorted(({"category": c, "name": n, "count": v[0], "total_ms": v[1] / 1e3,
                             "mean_us": v[1] / v[0] if v[0] else 0.0,
-                            "share_of_busy": v[1] / busy_total if busy_total else 0.0}
+                            "share": v[1] / kernel_total if kernel_total else 0.0}
                            for (c, n), v in per_kernel.items()), key=lambda k: -k["total_ms"]),
         "idle_by_cpu_span": sorted(({"span": k, "ms": v / 1e3,
                                      "share_of_idle": v / idle_total if idle_total else 0.0}
@@ -196,14 +201,15 @@ def print_text(s, top):
     if not s["kernels"]:
         print("  (no GPU events: a CPU run, or CUPTI was missing; see the trace's otherData)")
     else:
-        print(f"  {'kernel':<60} {'count':>7} {'total ms':>10} {'mean us':>9} {'busy':>6}")
+        print(f"  {'kernel':<72} {'count':>7} {'total ms':>10} {'mean us':>9} {'share':>6}")
         for k in s["kernels"][:top]:
             label = k["name"] if k["category"] == "gpu kernel" else f"[{k['name']}]"
-            print(f"  {short(label, 60):<60} {k['count']:>7} {k['total_ms']:>10.3f} "
-                  f"{k['mean_us']:>9.2f} {100 * k['share_of_busy']:>5.1f}%")
+            label = label.replace("rw::cuda::", "")
+            print(f"  {short(label, 72):<72} {k['count']:>7} {k['total_ms']:>10.3f} "
+                  f"{k['mean_us']:>9.2f} {100 * k['share']:>5.1f}%")
         if len(s["kernels"]) > top:
             rest = s["kernels"][top:]
-            print(f"  {'(' + str(len(rest)) + ' more)':<60} {sum(k['count'] for k in rest):>7} "
+            print(f"  {'(' + str(len(rest)) + ' more)':<72} {sum(k['count'] for k in rest):>7} "
                   f"{sum(k['total_ms'] for k in rest):>10.3f}")
     print()
     print("GPU idle time by what the CPU (main thread) was doing")

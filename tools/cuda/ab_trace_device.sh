@@ -15,6 +15,9 @@ export LD_LIBRARY_PATH="$R/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The test binary finds the CLI and tools/ under the paths compiled into it.
 if [ -L "$REDWING_SOURCE_DIR_ON_BUILD" ] || [ ! -e "$REDWING_SOURCE_DIR_ON_BUILD" ]; then
   mkdir -p "$(dirname "$REDWING_SOURCE_DIR_ON_BUILD")" && ln -sfn "$R" "$REDWING_SOURCE_DIR_ON_BUILD"
+elif [ "$(cd "$REDWING_SOURCE_DIR_ON_BUILD" && pwd -P)" != "$(pwd -P)" ]; then
+  # Another checkout sits there (the one the device tool sent): give it our tools.
+  mkdir -p "$REDWING_SOURCE_DIR_ON_BUILD/tools" && cp "$R"/tools/*.py "$REDWING_SOURCE_DIR_ON_BUILD/tools/"
 fi
 mkdir -p "$REDWING_BUILD_DIR_ON_BUILD/bin" "$REDWING_BUILD_DIR_ON_BUILD/test_tmp"
 ln -sfn "$R/bin/redwing" "$REDWING_BUILD_DIR_ON_BUILD/bin/redwing"
@@ -28,39 +31,44 @@ echo "== cuda-labelled test"
 timeout 240 "$R/bin/trace_format_cuda_test" 2>&1 | tail -60
 
 echo "== a CUDA decode trace"
-"$R/bin/redwing" bench --backend cuda --model "$work/small" --prompt-tokens 512 \
-  --decode-tokens 64 --quiet --format json --json "$work/trace/bench.json" \
-  --trace "$work/trace/cuda_decode.trace.json" --profile "$work/trace/cuda_decode.profile.json" >/dev/null
-python3 "$R/tools/trace_summary.py" "$work/trace/cuda_decode.trace.json" --window decode \
-  --top 25 | tee "$work/trace/summary_decode.txt"
-python3 "$R/tools/trace_summary.py" "$work/trace/cuda_decode.trace.json" --top 12 \
-  >"$work/trace/summary_all.txt"
-
-# Snapshots: the two builds as bench-ab.sh expects them.
-for s in head base; do
+for pdl in 1 0; do
+  REDWING_CUDA_PDL=$pdl "$R/bin/redwing" bench --backend cuda --model "$work/small" --prompt-tokens 512 \
+    --decode-tokens 64 --quiet --format json --json "$work/trace/bench_pdl$pdl.json" \
+    --trace "$work/trace/cuda_decode_pdl$pdl.trace.json" \
+    --profile "$work/trace/cuda_decode_pdl$pdl.profile.json" >/dev/null
+  python3 "$R/tools/trace_summary.py" "$work/trace/cuda_decode_pdl$pdl.trace.json" --window decode \
+    --top 25 | tee "$work/trace/summary_decode_pdl$pdl.txt"
+done
+# Snapshots as bench-ab.sh expects them: head (this branch), base (head with the kernel commits
+# reverted), main (the branch's parent: no issue-29 scopes, the "tracing off" baseline).
+for s in head base main; do
   mkdir -p "$R/snaps/$s"
   b="$R/bin/redwing"
-  [ $s = base ] && b="$R/bin/redwing-base"
+  [ $s != head ] && b="$R/bin/redwing-$s"
+  [ -x "$b" ] || continue
   cp "$b" "$R/snaps/$s/redwing"
   cp "$R/commit-$s" "$R/snaps/$s/commit"
 done
+save() { tar czf "$out/ab.tar.gz" -C "$work" ab trace; }
 ab() {
   local name=$1
   shift
   echo "== $name"
   REDWING_SNAPSHOTS="$R/snaps" timeout 300 bash "$R/scripts/bench-ab.sh" --out "$work/ab/$name" "$@"
+  save  # after each report, in case the call runs out of time
 }
-cuda=(--backend cuda --model "$work/small" --prompt-tokens 128,1024 --decode-tokens 128)
-cpu=(--model "$work/small" --threads 16 --prompt-tokens 128,1024 --decode-tokens 64)
+cuda=(--backend cuda --model "$work/small" --prompt-tokens 128,1024 --decode-tokens 1024)
+cpu=(--model "$work/small" --threads 8 --prompt-tokens 512,4000 --decode-tokens 256)
 ab cuda-change base head 3 -- "${cuda[@]}"
 ab cuda-self head head 3 -- "${cuda[@]}"
-ab cuda-trace --try-flags "--trace $work/t.json" head head 3 -- "${cuda[@]}"
+ab cuda-off main head 3 -- "${cuda[@]}"
 ab cuda-profile --try-flags "--profile $work/p.json" head head 3 -- "${cuda[@]}"
+ab cuda-trace --try-flags "--trace $work/t.json" head head 3 -- "${cuda[@]}"
 ab cpu-change base head 3 -- "${cpu[@]}"
 ab cpu-self head head 3 -- "${cpu[@]}"
-ab cpu-trace --try-flags "--trace $work/t.json" head head 3 -- "${cpu[@]}"
+ab cpu-off main head 3 -- "${cpu[@]}"
 ab cpu-profile --try-flags "--profile $work/p.json" head head 3 -- "${cpu[@]}"
-ab cpu-limit --memory-limit 1G base head 1 -- "${cpu[@]}"
+ab cpu-trace --try-flags "--trace $work/t.json" head head 3 -- "${cpu[@]}"
 rm -f "$work/t.json" "$work/p.json"
-tar czf "$out/ab.tar.gz" -C "$work" ab trace
+save
 ls -la "$out"

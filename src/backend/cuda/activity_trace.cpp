@@ -57,8 +57,9 @@ int StreamTrack(uint32_t device, uint32_t stream) {
   return t;
 }
 
-// "rw::cuda::MatVecKernel<4, 2>(...)" -> "rw::cuda::MatVecKernel<4, 2>": the parameter list
-// repeats what the template and the name say and makes every row unreadable.
+// "void rw::cuda::(anonymous namespace)::MatVecKernel<4, 2>(...)" -> "rw::cuda::MatVecKernel<4,
+// 2>": the return type, the anonymous namespace and the parameter list repeat what the name and
+// the template say and make every row unreadable.
 const char* KernelName(const char* mangled) {
   static std::mutex mu;
   static std::map<const char*, const char*> cache;  // CUPTI keeps one pointer per kernel
@@ -69,6 +70,9 @@ const char* KernelName(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string name = status == 0 && d != nullptr ? d : mangled;
   std::free(d);
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  for (size_t p; (p = name.find("(anonymous namespace)::")) != std::string::npos;)
+    name.erase(p, 23);
   if (!name.empty() && name.back() == ')') {
     int depth = 0;
     for (size_t i = name.size(); i-- > 0;) {
