@@ -7,7 +7,9 @@
 #
 # PAIRS (default 3) pairs of runs in the order A B B A A B ...: each pair has one run of each
 # build, and their order alternates so a drift of the machine (heat, other work) falls on both
-# alike. Every run is a new process with the same flags; before each one the model's files are
+# alike. First, one uncounted run of each build (BENCH_AB_WARMUP=N for N each, 0 for none):
+# the first process after a while pays for cold clocks, caches and driver state. Every run is a
+# new process with the same flags; before each one the model's files are
 # read once (the page cache then holds what fits, the same for both builds) unless the flags
 # say --cold (then bench itself drops them before loading) or BENCH_AB_PREPARE=none. The bench's
 # own warm-up (--warmup) runs inside each process.
@@ -103,6 +105,24 @@ prepare() {
 
 : >"$out/commands.txt"
 : >"$out/runs.tsv"
+warmups=${BENCH_AB_WARMUP:-1}
+[[ "$warmups" =~ ^[0-9]+$ ]] || die "BENCH_AB_WARMUP must be a whole number, not '$warmups'"
+for ((w = 1; w <= warmups; ++w)); do
+  for which in base try; do
+    snap=$base
+    extra=()
+    if [[ $which == try ]]; then
+      snap=$try
+      extra=("${try_flags[@]}")
+    fi
+    tag="warmup$w-$which"
+    cmd=("${wrap[@]}" "$snaps/$snap/redwing" bench "${bench_flags[@]}" "${extra[@]}" --format json --quiet --json "$out/runs/$tag.json")
+    printf '(warm-up, not counted) %s\n' "${cmd[*]}" >>"$out/commands.txt"
+    prepare
+    echo "$prog: warm-up $w: $which ($snap)" >&2
+    "${cmd[@]}" >/dev/null 2>"$out/runs/$tag.log" || echo "$prog: warm-up run of $snap failed (see runs/$tag.log)" >&2
+  done
+done
 n=0
 order=()
 for ((p = 0; p < pairs; ++p)); do

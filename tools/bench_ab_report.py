@@ -10,11 +10,13 @@ RUN_DIR/report.html (tables and inline SVG plots; nothing is fetched when it is 
 
 Per case and figure:
   ratio      mean(TRY) / mean(BASE)
-  ci95       the 95% confidence interval of the ratio: Student's t over the log ratios of the
-             pairs (run k of TRY against run k of BASE; adjacent in A-B-B-A order), exp'd back.
-             Null with one pair.
+  ci95       the 95% confidence interval of the ratio: Student's t (pairs - 1 degrees of
+             freedom) around the mean log ratio of the pairs (run k of TRY against run k of BASE;
+             adjacent in A-B-B-A order), with the larger of the paired standard error and the
+             unpaired (Welch) one of the two builds' mean logs, exp'd back. Null with one pair.
   noise      the noise floor: the largest relative gap between two runs of the same build,
-             (max - min) / mean, over both builds. Null with one run per build.
+             (max - min) / mean, over both builds, and at least 0.5%. Null with one run per
+             build.
   verdict    faster / slower (prefill, decode, time to first token) or better / worse (memory,
              disk bytes per token, hit rate) only when the whole interval lies outside the noise
              band 1 +- noise floor; otherwise "within noise" ("too few runs" when either is
@@ -70,9 +72,22 @@ def ratio_ci(base, trial):
         return ratio, None, None
     logs = [math.log(t / b) for b, t in zip(base[:n], trial[:n])]
     m = mean(logs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
-    half = t975(n - 1) * sd / math.sqrt(n)
+    paired = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1)) / math.sqrt(n)
+    # A few pairs can agree by chance (three ratios within 0.2% of each other while each build's
+    # runs spread 3%): the paired error then claims a precision the runs do not have. The
+    # unpaired (Welch) error of the two builds' mean logs bounds it from below.
+    lb = [math.log(v) for v in base]
+    lt = [math.log(v) for v in trial]
+    unpaired = math.sqrt(variance(lb) / len(lb) + variance(lt) / len(lt))
+    half = t975(n - 1) * max(paired, unpaired)
     return ratio, math.exp(m - half), math.exp(m + half)
+
+
+def variance(xs):
+    if len(xs) < 2:
+        return 0.0
+    m = mean(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
 def spread(xs):
@@ -85,9 +100,14 @@ def spread(xs):
     return (max(xs) - min(xs)) / abs(m)
 
 
+# Differences under this are never claimed, however steady the runs (peak memory varies by a
+# few pages between two builds of the same code).
+MIN_NOISE = 0.005
+
+
 def noise_floor(base, trial):
     s = [x for x in (spread(base), spread(trial)) if x is not None]
-    return max(s) if s else None
+    return max(max(s), MIN_NOISE) if s else None
 
 
 def verdict(ratio, low, high, noise, better, speed):
@@ -210,8 +230,9 @@ def build_report(runs, base_name, try_name, machine, commits, commands, bench_fl
         "runs": [{k: v for k, v in r.items() if k != "bench"} for r in runs],
         "failed_runs": sum(1 for r in runs if r["exit_status"] != 0),
         "cases": cases,
-        "method": ("A-B-B-A in fresh processes; ratio = mean(TRY)/mean(BASE); 95% CI: Student's "
-                   "t over the paired log ratios; noise floor: the largest (max-min)/mean of one "
+        "method": ("A-B-B-A in fresh processes after one uncounted run of each; ratio = "
+                   "mean(TRY)/mean(BASE); 95% CI: Student's t over the paired log ratios with the "
+                   "larger of the paired and the unpaired standard error; noise floor: the largest (max-min)/mean of one "
                    "build's runs; a verdict only when the whole CI lies outside 1 +- the noise "
                    "floor"),
     }

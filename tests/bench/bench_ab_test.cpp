@@ -63,8 +63,13 @@ TEST(BenchAbTest, SnapshotsRunAbbaAndTheReportAgreesWithTheRuns) {
   EXPECT_EQ(rep["base"]["id"].get<std::string>().size(), 40u);  // a commit id
   EXPECT_EQ(rep["order"], Json({"base", "try", "try", "base"}));
   EXPECT_EQ(rep["failed_runs"].get<int>(), 0);
-  ASSERT_EQ(rep["commands"].size(), 4u);
+  // One uncounted warm-up run of each build, then the four counted ones.
+  ASSERT_EQ(rep["commands"].size(), 6u);
+  EXPECT_EQ(rep["commands"][0].get<std::string>().rfind("(warm-up, not counted) ", 0), 0u);
   EXPECT_NE(rep["commands"][0].get<std::string>().find("before/redwing bench"), std::string::npos);
+  EXPECT_NE(rep["commands"][1].get<std::string>().find("after/redwing bench"), std::string::npos);
+  EXPECT_NE(rep["commands"][2].get<std::string>().find("before/redwing bench"), std::string::npos);
+  EXPECT_EQ(rep["commands"][2].get<std::string>().find("warm-up"), std::string::npos);
   EXPECT_FALSE(rep["machine"]["cpu"].get<std::string>().empty());
   EXPECT_GE(rep["machine"]["cores"].get<int>(), 1);
   ASSERT_EQ(rep["cases"].size(), 2u);
