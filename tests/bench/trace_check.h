@@ -58,7 +58,9 @@ inline void CheckChromeTrace(const Json& t, std::vector<Json>* xs) {
     ASSERT_TRUE(e.contains("pid") && e["pid"].is_number_integer()) << e.dump();
     ASSERT_TRUE(e.contains("tid") && e["tid"].is_number_integer()) << e.dump();
     ASSERT_TRUE(e.contains("name") && e["name"].is_string()) << e.dump();
-    if (e.contains("args")) EXPECT_TRUE(e["args"].is_object()) << e.dump();
+    if (e.contains("args")) {
+      EXPECT_TRUE(e["args"].is_object()) << e.dump();
+    }
     const std::string ph = e["ph"];
     if (ph == "M") {
       if (e["name"] == "thread_name") names[e["tid"].get<int>()] = e["args"]["name"];
@@ -88,9 +90,10 @@ inline void CheckChromeTrace(const Json& t, std::vector<Json>* xs) {
     std::vector<double> open_ends;
     for (auto& [b, e] : v) {
       while (!open_ends.empty() && open_ends.back() <= b + 0.0015) open_ends.pop_back();
-      if (!open_ends.empty())
+      if (!open_ends.empty()) {
         EXPECT_LE(e, open_ends.back() + 0.0015)
             << "thread " << names[tid] << ": span [" << b << ", " << e << "] overlaps its parent";
+      }
       open_ends.push_back(e);
     }
   }

@@ -50,7 +50,9 @@ TEST(TraceFormatTest, RunWritesTraceAndProfile) {
       attention_end = std::max(attention_end, e["ts"].get<double>() + e["dur"].get<double>());
     }
     if (key == "forward/embed") first_embed = std::min(first_embed, e["ts"].get<double>());
-    if (key == "experts/wait") EXPECT_TRUE(e["args"].contains("layer")) << e.dump();
+    if (key == "experts/wait") {
+      EXPECT_TRUE(e["args"].contains("layer")) << e.dump();
+    }
   }
   EXPECT_EQ(layers.size(), 6u);
   EXPECT_EQ(count["forward/attention"], 6 * calls);
