@@ -221,6 +221,16 @@ void CompleteOnTrack(int track, const char* name, const char* category, int64_t 
              {arg_name, arg_value, arg2_name, arg2_value});
 }
 
+void AddToProfile(const char* name, const char* category, int64_t layer, int64_t ns) {
+  if ((CurrentMode() & kProfile) == 0) return;
+  ThreadBuffer& b = Local();
+  std::lock_guard<std::mutex> lock(b.mu);
+  Agg& a = b.sums[AggKey{name, category, layer < 0 ? -1 : layer}];
+  ++a.count;
+  a.total_ns += std::max<int64_t>(0, ns);
+  a.max_ns = std::max(a.max_ns, ns);
+}
+
 void AddFlushHook(std::function<void()> hook) {
   Registry& r = Reg();
   std::lock_guard<std::mutex> lock(r.hooks_mu);
@@ -343,6 +353,7 @@ constexpr SummaryPart kSummary[] = {
     {"host_syncs", "cuda", "host sync"},
     {"gpu_kernels", "gpu kernel", ""},
     {"gpu_copies", "gpu copy", ""},
+    {"gpu_ops", "gpu op", ""},
 };
 
 struct Sum {

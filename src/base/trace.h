@@ -95,6 +95,9 @@ inline void Complete(const char* name, const char* category, int64_t begin_ns, i
 void CompleteOnTrack(int track, const char* name, const char* category, int64_t begin_ns,
                      int64_t end_ns, const char* arg_name = nullptr, int64_t arg_value = 0,
                      const char* arg2_name = nullptr, int64_t arg2_value = 0);
+// Adds an already-measured duration to the profile alone (profile mode; no event): for times
+// measured elsewhere, e.g. the GPU's per-op times of REDWING_CUDA_TIMING=1. layer < 0: none.
+void AddToProfile(const char* name, const char* category, int64_t layer, int64_t ns);
 // A zero-length event ("i" phase in the file).
 inline void Instant(const char* name, const char* category) {
   if (Enabled()) {

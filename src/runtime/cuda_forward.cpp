@@ -230,8 +230,10 @@ Status CudaForwardPass::Mark(const char* what) {
     RW_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev), "timing event");
     events_.push_back(ev);
     labels_.push_back(what);
+    mark_layers_.push_back(-1);
   }
   labels_[marks_] = what;
+  mark_layers_[marks_] = layer_ >= 0 && layer_ < c_.num_layers ? layer_ : -1;
   // Inside a graph capture only an "external" record becomes a node that records on replay.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(S(stream_), &capture);
@@ -254,6 +256,8 @@ void CudaForwardPass::CollectTimes(bool decode) {
     auto& [n, total] = table[labels_[i]];
     ++n;
     total += ms;
+    // --profile: each op's GPU time under "gpu op", per layer.
+    trace::AddToProfile(labels_[i], "gpu op", mark_layers_[i], static_cast<int64_t>(ms * 1e6));
   }
   if (decode) ++timed_decode_steps_;
 }

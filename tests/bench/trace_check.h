@@ -107,7 +107,7 @@ inline void CheckProfile(const Json& p, int layers) {
   EXPECT_TRUE(p["command"].is_string());
   for (const char* k : {"embed", "attention", "router", "dense_mlp", "experts", "expert_compute",
                         "expert_waits", "expert_reads", "head", "sampling", "forward_calls",
-                        "layer_launches", "host_syncs", "gpu_kernels", "gpu_copies"}) {
+                        "layer_launches", "host_syncs", "gpu_kernels", "gpu_copies", "gpu_ops"}) {
     ASSERT_TRUE(p["summary"].contains(k)) << k;
     const Json& s = p["summary"][k];
     EXPECT_GE(s["count"].get<int64_t>(), 0);
