@@ -156,6 +156,9 @@ for which in "${order[@]}"; do
   fi
 done
 
+set +e  # the report is written even when a run failed (the status then says so)
 python3 "$root/tools/bench_ab_report.py" --dir "$out" --base "$base" --try "$try" \
   --snapshots "$snaps" --bench-flags "${bench_flags[*]}" --try-flags "${try_flags[*]}"
+status=$?
 echo "$prog: report: $out/report.html" >&2
+exit $status
