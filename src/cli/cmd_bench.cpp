@@ -1,12 +1,12 @@
 // redwing bench: a fixed suite (prompts of ~128 and ~3,000 synthetic ids, then 128 sampled
-// tokens) on one loaded model; a table on stdout, JSON for scripts, a Chrome trace on request.
+// tokens) on one loaded model; a table on stdout, JSON for scripts, a profile and a trace on
+// request.
 #include <cstdio>
-#include <cstdlib>
 
 #include "base/file.h"
 #include "base/json.h"
-#include "base/trace.h"
 #include "cli/commands.h"
+#include "cli/diagnostics.h"
 #include "cli/flags.h"
 #include "cli/generation_flags.h"
 #include "engine/bench.h"
@@ -73,9 +73,7 @@ int Bench(const Args& args) {
                "mapping). auto: 128, or 0 with --cold");
   flags.String("json", "", "also write the results as JSON to this file");
   flags.String("format", "table", "stdout: table (readable) or json");
-  flags.String("profile", "",
-               "write a Chrome trace (trace event JSON, open in ui.perfetto.dev) to this file "
-               "(default: $REDWING_PROFILE if set)");
+  AddDiagnosticsFlags(flags);
   flags.Bool("quiet", "no progress lines on stderr");
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("bench", st);
   if (flags.help_requested()) {
@@ -100,12 +98,6 @@ int Bench(const Args& args) {
                        Error(ErrorCode::kInvalidArgument, "--seed must be >= 0, not {}", seed));
   auto warmup = ParseWarmup(flags.GetString("warmup"));
   if (!warmup.ok()) return ReportError("bench", warmup.status());
-  std::string profile = flags.GetString("profile");
-  if (profile.empty()) {
-    const char* env = std::getenv("REDWING_PROFILE");
-    if (env != nullptr) profile = env;
-  }
-
   BenchOptions o;
   o.engine = *engine_opts;
   o.prompt_tokens = *lengths;
@@ -122,24 +114,16 @@ int Bench(const Args& args) {
       std::fflush(stderr);
     };
 
-  if (!profile.empty()) {
-    trace::SetThreadName("main");
-    trace::Start();
-  }
+  Diagnostics diag(flags, "bench", args);
+  diag.set_quiet(flags.GetBool("quiet"));
   auto report = RunBench(o);
-  if (!profile.empty()) {
-    trace::Stop();
-    // Written even when the run failed: the trace shows how far it got.
-    if (Status st = trace::WriteJson(profile); !st.ok())
-      return ReportError("bench", st.Annotate("--profile"));
-    if (!flags.GetBool("quiet"))
-      std::fprintf(stderr, "bench: trace of %llu events written to %s\n",
-                   static_cast<unsigned long long>(trace::EventCount()), profile.c_str());
-  }
+  // Written even when the run failed: the trace shows how far it got.
+  if (Status st = diag.Finish(); !st.ok()) return ReportError("bench", st);
   if (!report.ok()) return ReportError("bench", report.status());
 
   Json j = BenchReportToJson(*report);
-  j["trace_file"] = profile.empty() ? Json(nullptr) : Json(profile);
+  j["trace_file"] = diag.trace_path().empty() ? Json(nullptr) : Json(diag.trace_path());
+  j["profile_file"] = diag.profile_path().empty() ? Json(nullptr) : Json(diag.profile_path());
   const std::string json_text = j.dump(2) + "\n";
   if (flags.IsSet("json") && !flags.GetString("json").empty())
     if (Status st = WriteFileAtomic(flags.GetString("json"), json_text); !st.ok())

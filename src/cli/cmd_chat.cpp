@@ -12,6 +12,7 @@
 
 #include "cli/chat_output.h"
 #include "cli/commands.h"
+#include "cli/diagnostics.h"
 #include "cli/flags.h"
 #include "cli/generation_flags.h"
 #include "engine/conversation.h"
@@ -94,6 +95,7 @@ int Chat(const Args& args) {
   flags.String("thinking", "off", "let the model think before answering: on or off");
   AddSamplingFlags(flags);
   flags.Bool("quiet", "no statistics or thinking on stderr");
+  AddDiagnosticsFlags(flags);
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("chat", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);
@@ -105,6 +107,7 @@ int Chat(const Args& args) {
   if (!gen.ok()) return ReportError("chat", gen.status());
   auto opt = EngineOptionsFromFlags(flags);
   if (!opt.ok()) return ReportError("chat", opt.status());
+  Diagnostics diag(flags, "chat", args);  // recording from before the load, written at exit
   auto engine_or = Engine::Load(*opt);
   if (!engine_or.ok()) return ReportError("chat", engine_or.status());
   std::shared_ptr<Engine> engine = *engine_or;
@@ -189,6 +192,7 @@ int Chat(const Args& args) {
     conv.Commit(line, *prompt, *r, printer.content());
     if (!quiet) std::fprintf(stderr, "[%s]\n", StatsLine(*r, *gen).c_str());
   }
+  if (Status st = diag.Finish(); !st.ok()) return ReportError("chat", st);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "base/json.h"
 #include "cli/chat_output.h"
 #include "cli/commands.h"
+#include "cli/diagnostics.h"
 #include "cli/flags.h"
 #include "cli/generation_flags.h"
 #include "engine/conversation.h"
@@ -62,6 +63,7 @@ int Run(const Args& args) {
   flags.Bool("print-ids", "print the generated ids (space-separated, one line) instead of text");
   flags.Bool("print-prompt-ids", "print the prompt's ids (a JSON array) on the first line");
   flags.Bool("quiet", "no statistics or thinking on stderr");
+  AddDiagnosticsFlags(flags);
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("run", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);
@@ -108,6 +110,7 @@ int Run(const Args& args) {
 
   auto opt = EngineOptionsFromFlags(flags);
   if (!opt.ok()) return ReportError("run", opt.status());
+  Diagnostics diag(flags, "run", args);  // recording from before the load
   auto engine_or = Engine::Load(*opt);
   if (!engine_or.ok()) return ReportError("run", engine_or.status());
   std::shared_ptr<Engine> engine = *engine_or;
@@ -176,6 +179,8 @@ int Run(const Args& args) {
     if (!ex.empty())
       std::fprintf(stderr, "%s (%s store)\n", ex.c_str(), flags.GetString("expert-store").c_str());
   }
+  diag.set_quiet(quiet);
+  if (Status st = diag.Finish(); !st.ok()) return ReportError("run", st);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "cli/commands.h"
+#include "cli/diagnostics.h"
 #include "cli/flags.h"
 #include "cli/generation_flags.h"
 #include "serve/server.h"
@@ -53,6 +54,7 @@ int Serve(const Args& args) {
   AddSamplingFlags(flags);
   flags.String("test-replies", "",
                "testing only: JSON array of texts the answers are forced to be, in turn");
+  AddDiagnosticsFlags(flags);
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("serve", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);
@@ -133,8 +135,10 @@ int Serve(const Args& args) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);  // --profile: write the profile so far
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  Diagnostics diag(flags, "serve", args);  // recording from before the load
   auto engine = Engine::Load(*opt);
   if (!engine.ok()) return ReportError("serve", engine.status());
   if ((*engine)->tokenizer() == nullptr) return ReportError("serve", (*engine)->text_status());
@@ -148,9 +152,19 @@ int Serve(const Args& args) {
                o.api_key.empty() ? ", no API key" : ", API key required");
   std::fflush(stderr);
   int sig = 0;
-  sigwait(&set, &sig);
+  for (;;) {
+    sigwait(&set, &sig);
+    if (sig != SIGUSR1) break;
+    // The window since the start or the last dump; recording goes on.
+    if (Status st = diag.DumpProfile(); !st.ok())
+      std::fprintf(stderr, "redwing serve: %s\n", st.ToString().c_str());
+    else if (!diag.profile_path().empty())
+      std::fprintf(stderr, "redwing serve: profile written to %s\n", diag.profile_path().c_str());
+    std::fflush(stderr);
+  }
   std::fprintf(stderr, "redwing serve: stopping (signal %d)\n", sig);
   server.Stop();
+  if (Status st = diag.Finish(); !st.ok()) return ReportError("serve", st);
   return 0;
 }
 

@@ -6,10 +6,12 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "base/trace.h"
 #include "engine/bench.h"
 #include "sample/sampler.h"
 
 #ifdef REDWING_HAVE_CUDA
+#include "backend/cuda/activity_trace.h"
 #include "backend/cuda/cuda.h"
 #include "runtime/cuda_forward.h"
 #include "runtime/cuda_model.h"
@@ -107,6 +109,9 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
     co.experts.prefill_in_place = o.cuda_prefill_in_place;
     if (const char* env = std::getenv("REDWING_CUDA_PREFILL_EXPERTS"))
       co.experts.prefill_in_place = std::string(env) == "mapped";
+    // A trace that records events gets the GPU's kernels and copies too (from the upload on).
+    if ((trace::CurrentMode() & trace::kEvents) != 0)
+      if (Status s = cuda::StartActivityTrace(); !s.ok()) RW_LOG_WARN("trace: {}", s.ToString());
     RW_ASSIGN_OR_RETURN(e->cuda_model_, CudaModel::Upload(*e->model_, co, e->pool_));
   }
 #endif

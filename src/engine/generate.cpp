@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "base/timer.h"
+#include "base/trace.h"
 #include "sample/stop.h"
 
 namespace rw {
@@ -16,6 +17,7 @@ Result<std::vector<float>> SessionTimeline::Append(std::span<const int> ids,
 namespace {
 // Sampler::Sample on the logits after the last token, at the next position.
 int SampleNext(Sampler& sampler, std::span<const float> logits, const std::vector<int>& ctx) {
+  TraceScope t("sample", "sample");
   return sampler.Sample(logits, static_cast<int64_t>(ctx.size()), ctx);
 }
 }  // namespace
@@ -41,6 +43,7 @@ Result<int> SessionTimeline::DecodeAndSample(int id, Sampler& sampler) {
     Sampler row(plain);
     return SampleNext(row, step.logits, s_.tokens());
   }
+  TraceScope t("sample", "sample", "candidates", static_cast<int64_t>(step.ids.size()));
   return sampler.SampleCandidates(step.ids, step.values, s_.position());
 }
 

@@ -13,6 +13,7 @@
 #include "backend/cuda/ops.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "base/trace.h"
 
 namespace rw {
 namespace {
@@ -217,6 +218,7 @@ int CudaForwardPass::Splits(int li, int64_t m) const {
 }
 
 Status CudaForwardPass::Sync() {
+  TraceScope t("host sync", "cuda");
   ++syncs_;
   RW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(S(stream_)), "forward pass");
   return Status::Ok();
@@ -228,8 +230,10 @@ Status CudaForwardPass::Mark(const char* what) {
     RW_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev), "timing event");
     events_.push_back(ev);
     labels_.push_back(what);
+    mark_layers_.push_back(-1);
   }
   labels_[marks_] = what;
+  mark_layers_[marks_] = layer_ >= 0 && layer_ < c_.num_layers ? layer_ : -1;
   // Inside a graph capture only an "external" record becomes a node that records on replay.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cudaStreamIsCapturing(S(stream_), &capture);
@@ -252,11 +256,14 @@ void CudaForwardPass::CollectTimes(bool decode) {
     auto& [n, total] = table[labels_[i]];
     ++n;
     total += ms;
+    // --profile: each op's GPU time under "gpu op", per layer.
+    trace::AddToProfile(labels_[i], "gpu op", mark_layers_[i], static_cast<int64_t>(ms * 1e6));
   }
   if (decode) ++timed_decode_steps_;
 }
 
 Status CudaForwardPass::WaitRouting() {
+  TraceScope t("host sync", "cuda", "layer", layer_);
   ++syncs_;
   RW_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(routed_)),
                           "routing read-back");
@@ -305,6 +312,7 @@ Result<const cuda::XPlanes*> CudaForwardPass::SplitX(const float* x, int64_t m, 
 Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
                                 float* logits, ForwardStats* stats) {
   CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
+  TraceScope call_scope("forward call", "cuda", "tokens", m);
   Stopwatch sw;
   std::memcpy(h_params_, &pos0, 8);
   std::memcpy(h_params_ + 8, ids, static_cast<size_t>(m) * 4);
@@ -485,6 +493,8 @@ Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
   RW_RETURN_IF_ERROR(Embed(m));
   RW_RETURN_IF_ERROR(RopeTables(m));
   for (int li = 0; li < c_.num_layers; ++li) {
+    // The CPU's side of a layer: launches, and the waits for routing or expert copies.
+    TraceScope t("layer", "cuda", "layer", li);
     RW_RETURN_IF_ERROR(AtLayer(li));
     RW_RETURN_IF_ERROR(DecoderLayer(li, m));
   }

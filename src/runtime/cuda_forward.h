@@ -228,6 +228,7 @@ class CudaForwardPass {
   bool timing_ = false;
   std::vector<void*> events_;  // cudaEvent_t
   std::vector<const char*> labels_;
+  std::vector<int> mark_layers_;  // the layer each mark's op belongs to (-1: none), for profiles
   size_t marks_ = 0, graph_marks_ = 0;
   std::map<std::string, std::pair<uint64_t, double>> prefill_times_, decode_times_;
   uint64_t timed_decode_steps_ = 0;

@@ -108,8 +108,11 @@ Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, Lo
   Stopwatch sw;
   BeginTrace(m);
   chunk_row0_ = 0;
-  Embed(ids, m);
-  RopeTables(pos0, m);
+  {
+    TraceScope t("embed", "forward", "tokens", m);
+    Embed(ids, m);
+    RopeTables(pos0, m);
+  }
   st->embed_s += sw.Seconds();
   return Layers(0, kv, m, pos0, rows, logits, pool, st, cancel);
 }
@@ -145,10 +148,13 @@ Status ForwardPass::Layers(int first, KvCache& kv, int64_t m, int64_t pos0, Logi
     RW_RETURN_IF_ERROR(DecoderLayer(li, kv, m, pos0, pool, st));
   }
   Stopwatch sw;
-  if (rows == LogitsRows::kAll)
-    Head(0, m, logits, pool);
-  else if (rows == LogitsRows::kLast)
-    Head(m - 1, 1, logits, pool);
+  {
+    TraceScope t("head", "forward", "tokens", m);
+    if (rows == LogitsRows::kAll)
+      Head(0, m, logits, pool);
+    else if (rows == LogitsRows::kLast)
+      Head(m - 1, 1, logits, pool);
+  }
   st->head_s += sw.Seconds();
   st->tokens += m;
   return Status::Ok();
@@ -167,6 +173,7 @@ Status ForwardPass::RunLayerMajor(KvCache& kv, const int* ids, int64_t n, int64_
   BeginTrace(n);
   span_x_.resize(static_cast<size_t>(n * H));
   for (int64_t c = 0; c < chunks; ++c) {
+    TraceScope t("embed", "forward", "tokens", chunk_rows(c));
     Embed(ids + c * M, chunk_rows(c));
     std::copy_n(x_.data(), chunk_rows(c) * H, &span_x_[c * M * H]);
     RopeTables(pos0 + c * M, chunk_rows(c), c * M);
@@ -186,6 +193,7 @@ Status ForwardPass::RunLayerMajor(KvCache& kv, const int* ids, int64_t n, int64_
     }
   }
   sw.Reset();
+  TraceScope head_scope("head", "forward", "tokens", rows == LogitsRows::kAll ? n : 1);
   if (rows == LogitsRows::kAll) {
     for (int64_t c = 0; c < chunks; ++c) {
       std::copy_n(&span_x_[c * M * H], chunk_rows(c) * H, x_.data());
@@ -500,7 +508,7 @@ Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
     if (!resident_[i]) order.push_back(i);
   const int threads = pool != nullptr ? pool->size() : 1;
   auto wait = [&](size_t i) {
-    TraceScope t("wait", "experts", "expert", used_[i]);
+    TraceScope t("wait", "experts", "layer", li, "expert", used_[i]);
     return store->Wait(li, i - b0);
   };
   if (ExpertsSideBySide(b0, b1, threads)) {
@@ -520,7 +528,7 @@ Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
               if (first_error.ok()) first_error = ref.status();
               continue;
             }
-            TraceScope t("expert", "experts", "expert", used_[i]);
+            TraceScope t("expert", "experts", "layer", li, "expert", used_[i]);
             RunExpert(i, *ref, ex_scratch_[thread], nullptr);
           }
         },
@@ -530,7 +538,7 @@ Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
   EnsureExpertScratch(1);
   for (size_t i : order) {
     RW_ASSIGN_OR_RETURN(ExpertRef ref, wait(i));
-    TraceScope t("expert", "experts", "expert", used_[i]);
+    TraceScope t("expert", "experts", "layer", li, "expert", used_[i]);
     RunExpert(i, ref, ex_scratch_[0], pool);
   }
   return Status::Ok();

@@ -1,6 +1,6 @@
 // `redwing bench` and its helpers on a synthesized tiny model: the JSON has every field with
 // sane values, the decode stream is varied, the warm-up is reported and kept apart from the
-// cases, --cold with the slots store reads from storage, the --profile file is valid Chrome
+// cases, --cold with the slots store reads from storage, the --trace file is valid Chrome
 // trace JSON, bad flags are clear errors.
 #include <gtest/gtest.h>
 
@@ -90,7 +90,7 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
   const std::string json = JoinPath(Scratch(), "warm.json");
   const std::string trace = JoinPath(Scratch(), "warm.trace.json");
   auto r = test::Run(Bench("--prompt-tokens 40,150 --decode-tokens 24 --seed 3 --json " + json +
-                           " --profile " + trace),
+                           " --trace " + trace),
                      Scratch());
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   // stdout is the table; progress goes to stderr.
@@ -203,10 +203,10 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
   EXPECT_EQ(j2["cases"][0]["decode"]["generated_ids"], j["cases"][0]["decode"]["generated_ids"]);
 }
 
-TEST(BenchCliTest, ProfileIsChromeTraceJson) {
+TEST(BenchCliTest, TraceIsChromeTraceJson) {
   const std::string trace = JoinPath(Scratch(), "p.trace.json");
-  auto r = test::Run(Bench("--prompt-tokens 33 --decode-tokens 5 --quiet --profile " + trace),
-                     Scratch());
+  auto r =
+      test::Run(Bench("--prompt-tokens 33 --decode-tokens 5 --quiet --trace " + trace), Scratch());
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   auto text = ReadFileToString(trace);
   ASSERT_TRUE(text.ok()) << text.status().ToString();

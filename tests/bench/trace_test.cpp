@@ -102,5 +102,45 @@ TEST(TraceTest, ScopesFromThreadsMakeValidJson) {
   EXPECT_EQ(x2[0]["name"], "second");
 }
 
+TEST(TraceTest, ProfileSumsPerLayerWithoutEvents) {
+  trace::Start(trace::kProfile);
+  for (int layer = 0; layer < 3; ++layer)
+    for (int k = 0; k <= layer; ++k) TraceScope s("attention", "forward", "layer", layer);
+  { TraceScope s("head", "forward"); }
+  trace::AddToProfile("q/k/v", "gpu op", 1, 2'000'000);
+  trace::AddToProfile("q/k/v", "gpu op", 1, 1'000'000);
+  trace::Stop();
+  EXPECT_EQ(trace::EventCount(), 0u);  // profile mode keeps no events
+  auto p = ParseJson(trace::ProfileJson(R"({"command": "x"})"), "profile");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)["format"], "redwing-profile/1");
+  EXPECT_EQ((*p)["command"], "x");
+  EXPECT_EQ((*p)["summary"]["attention"]["count"].get<int>(), 6);
+  EXPECT_EQ((*p)["summary"]["head"]["count"].get<int>(), 1);
+  EXPECT_EQ((*p)["summary"]["gpu_ops"]["count"].get<int>(), 2);
+  EXPECT_NEAR((*p)["summary"]["gpu_ops"]["total_ms"].get<double>(), 3.0, 1e-9);
+  ASSERT_EQ((*p)["layers"].size(), 3u);
+  EXPECT_NEAR((*p)["layers"][1]["gpu_ops_ms"].get<double>(), 3.0, 1e-9);
+  EXPECT_FALSE((*p)["layers"][0].contains("gpu_ops_ms"));
+  int attention_rows = 0;
+  for (const Json& s : (*p)["spans"])
+    if (s["name"] == "attention") {
+      ASSERT_EQ(s["layers"].size(), 3u);
+      for (int l = 0; l < 3; ++l) EXPECT_EQ(s["layers"][l]["count"].get<int>(), l + 1);
+      ++attention_rows;
+    }
+  EXPECT_EQ(attention_rows, 1);
+  // ResetProfile starts a new window.
+  trace::Start(trace::kProfile);
+  { TraceScope s("head", "forward"); }
+  trace::ResetProfile();
+  { TraceScope s("head", "forward"); }
+  { TraceScope s("head", "forward"); }
+  trace::Stop();
+  auto q = ParseJson(trace::ProfileJson(), "profile");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ((*q)["summary"]["head"]["count"].get<int>(), 2);
+}
+
 }  // namespace
 }  // namespace rw

@@ -1,0 +1,244 @@
+#include "backend/cuda/activity_trace.h"
+
+#include <dlfcn.h>
+
+#include <cxxabi.h>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "base/timer.h"
+#include "base/trace.h"
+
+#if REDWING_HAVE_CUPTI_HEADER
+#include <cupti.h>
+#endif
+
+namespace rw::cuda {
+
+#if REDWING_HAVE_CUPTI_HEADER
+namespace {
+
+// The CUPTI entry points we use, looked up in the library at run time.
+struct Cupti {
+  decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
+  decltype(&cuptiActivityEnable) enable = nullptr;
+  decltype(&cuptiActivityFlushAll) flush_all = nullptr;
+  decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
+  decltype(&cuptiActivityGetNumDroppedRecords) dropped = nullptr;
+  decltype(&cuptiGetTimestamp) timestamp = nullptr;
+  decltype(&cuptiGetResultString) result_string = nullptr;
+  decltype(&cuptiActivityRegisterTimestampCallback) timestamp_callback = nullptr;  // optional
+};
+
+Cupti g_cupti;
+// Added to CUPTI's times when it could not take ours (the timestamp callback is missing).
+int64_t g_offset_ns = 0;
+std::mutex g_mu;  // the tracks' table and the dropped count
+std::map<uint64_t, int> g_tracks;
+size_t g_dropped = 0;
+
+constexpr size_t kBufferBytes = 8 << 20;
+
+uint64_t CUPTIAPI TraceClock() {
+  return static_cast<uint64_t>(NowNanos());
+}
+
+int StreamTrack(uint32_t device, uint32_t stream) {
+  const uint64_t key = (static_cast<uint64_t>(device) << 32) | stream;
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_tracks.find(key);
+  if (it != g_tracks.end()) return it->second;
+  const int t = trace::Track("GPU " + std::to_string(device) + " stream " + std::to_string(stream));
+  g_tracks[key] = t;
+  return t;
+}
+
+// "void rw::cuda::(anonymous namespace)::MatVecKernel<4, 2>(...)" -> "rw::cuda::MatVecKernel<4,
+// 2>": the return type, the anonymous namespace and the parameter list repeat what the name and
+// the template say and make every row unreadable.
+const char* KernelName(const char* mangled) {
+  static std::mutex mu;
+  static std::map<const char*, const char*> cache;  // CUPTI keeps one pointer per kernel
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(mangled);
+  if (it != cache.end()) return it->second;
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string name = status == 0 && d != nullptr ? d : mangled;
+  std::free(d);
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  for (size_t p; (p = name.find("(anonymous namespace)::")) != std::string::npos;)
+    name.erase(p, 23);
+  if (!name.empty() && name.back() == ')') {
+    int depth = 0;
+    for (size_t i = name.size(); i-- > 0;) {
+      if (name[i] == ')') ++depth;
+      if (name[i] == '(' && --depth == 0) {
+        name.resize(i);
+        break;
+      }
+    }
+  }
+  const char* interned = trace::Intern(name);
+  cache[mangled] = interned;
+  return interned;
+}
+
+const char* CopyName(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "copy host to device";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "copy device to host";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "copy device to device";
+    default:
+      return "copy";
+  }
+}
+
+void CUPTIAPI RequestBuffer(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI BufferDone(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  while (g_cupti.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    switch (rec->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+        trace::CompleteOnTrack(StreamTrack(k->deviceId, k->streamId), KernelName(k->name),
+                               "gpu kernel", static_cast<int64_t>(k->start) + g_offset_ns,
+                               static_cast<int64_t>(k->end) + g_offset_ns, "blocks",
+                               static_cast<int64_t>(k->gridX) * k->gridY * k->gridZ, "threads",
+                               static_cast<int64_t>(k->blockX) * k->blockY * k->blockZ);
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+        trace::CompleteOnTrack(StreamTrack(m->deviceId, m->streamId), CopyName(m->copyKind),
+                               "gpu copy", static_cast<int64_t>(m->start) + g_offset_ns,
+                               static_cast<int64_t>(m->end) + g_offset_ns, "bytes",
+                               static_cast<int64_t>(m->bytes));
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+        trace::CompleteOnTrack(StreamTrack(m->deviceId, m->streamId), "memset", "gpu copy",
+                               static_cast<int64_t>(m->start) + g_offset_ns,
+                               static_cast<int64_t>(m->end) + g_offset_ns, "bytes",
+                               static_cast<int64_t>(m->bytes));
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  size_t dropped = 0;
+  if (g_cupti.dropped != nullptr && g_cupti.dropped(ctx, stream, &dropped) == CUPTI_SUCCESS &&
+      dropped > 0) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_dropped += dropped;
+    trace::SetNote("gpu_dropped_records", std::to_string(g_dropped));
+  }
+  std::free(buffer);
+}
+
+Status Load() {
+  void* lib = nullptr;
+  std::string tried;
+  const char* names[] = {
+#ifdef REDWING_CUPTI_LIBRARY
+      REDWING_CUPTI_LIBRARY,
+#endif
+      "libcupti.so", "libcupti.so.13", "libcupti.so.12"};
+  for (const char* n : names) {
+    lib = dlopen(n, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) break;
+    const char* err = dlerror();
+    tried += std::string(tried.empty() ? "" : "; ") + (err != nullptr ? err : n);
+  }
+  if (lib == nullptr)
+    return Error(ErrorCode::kUnsupported, "CUPTI not found, so GPU kernels are not traced ({})",
+                 tried);
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+    return fn != nullptr;
+  };
+  if (!sym(g_cupti.register_callbacks, "cuptiActivityRegisterCallbacks") ||
+      !sym(g_cupti.enable, "cuptiActivityEnable") ||
+      !sym(g_cupti.flush_all, "cuptiActivityFlushAll") ||
+      !sym(g_cupti.next_record, "cuptiActivityGetNextRecord") ||
+      !sym(g_cupti.timestamp, "cuptiGetTimestamp") ||
+      !sym(g_cupti.result_string, "cuptiGetResultString"))
+    return Error(ErrorCode::kUnsupported, "CUPTI lacks the activity API we use");
+  sym(g_cupti.dropped, "cuptiActivityGetNumDroppedRecords");
+  sym(g_cupti.timestamp_callback, "cuptiActivityRegisterTimestampCallback");
+  return Status::Ok();
+}
+
+Status Check(CUptiResult r, const char* what) {
+  if (r == CUPTI_SUCCESS) return Status::Ok();
+  const char* text = nullptr;
+  if (g_cupti.result_string != nullptr) g_cupti.result_string(r, &text);
+  return Error(ErrorCode::kUnsupported, "CUPTI {}: {}", what,
+               text != nullptr ? text : std::to_string(static_cast<int>(r)));
+}
+
+Status StartOnce() {
+  RW_RETURN_IF_ERROR(Load());
+  // One clock with the CPU's spans: CUPTI converts the GPU's times to ours.
+  if (g_cupti.timestamp_callback == nullptr ||
+      g_cupti.timestamp_callback(&TraceClock) != CUPTI_SUCCESS) {
+    uint64_t cupti_now = 0;
+    const int64_t before = NowNanos();
+    g_cupti.timestamp(&cupti_now);
+    const int64_t after = NowNanos();
+    g_offset_ns = (before + after) / 2 - static_cast<int64_t>(cupti_now);
+    trace::SetNote("gpu_clock", "CUPTI's clock shifted by an offset measured at start");
+  } else {
+    trace::SetNote("gpu_clock", "CUPTI timestamps from the trace's own clock");
+  }
+  RW_RETURN_IF_ERROR(
+      Check(g_cupti.register_callbacks(&RequestBuffer, &BufferDone), "buffer callbacks"));
+  RW_RETURN_IF_ERROR(Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "kernels"));
+  RW_RETURN_IF_ERROR(Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_MEMCPY), "copies"));
+  RW_RETURN_IF_ERROR(Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_MEMSET), "memsets"));
+  trace::AddFlushHook([] { g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); });
+  trace::SetNote("gpu", "CUPTI activity: every kernel, copy and memset");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status StartActivityTrace() {
+  static const Status started = [] {
+    Status s = StartOnce();
+    if (!s.ok()) trace::SetNote("gpu", s.ToString());
+    return s;
+  }();
+  return started;
+}
+
+#else  // no cupti.h at build time
+
+Status StartActivityTrace() {
+  static const Status started = [] {
+    Status s(ErrorCode::kUnsupported,
+             "built without CUPTI's headers, so GPU kernels are not traced");
+    trace::SetNote("gpu", s.ToString());
+    return s;
+  }();
+  return started;
+}
+
+#endif
+
+}  // namespace rw::cuda

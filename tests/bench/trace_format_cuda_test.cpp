@@ -1,0 +1,87 @@
+// --trace of a CUDA decode run: a valid Chrome trace in which the GPU's kernels (from CUPTI)
+// sit on GPU stream tracks on the same clock as the CPU's spans, and tools/trace_summary.py
+// sums it up. Skips, saying why, without a usable GPU or without CUPTI.
+#include <gtest/gtest.h>
+
+#include "backend/cuda/cuda.h"
+#include "bench/trace_check.h"
+
+namespace rw {
+namespace {
+
+const std::string& Scratch() {
+  static const std::string d = test::ScratchDir("trace_format_cuda_test");
+  return d;
+}
+
+TEST(TraceFormatCudaTest, DecodeTraceHasKernelsOnTheCpuClock) {
+  if (Status st = cuda::DeviceStatus(); !st.ok()) GTEST_SKIP() << "CUDA: " << st.message();
+  const std::string model = test::TraceTinyModel(Scratch());
+  const std::string trace = JoinPath(Scratch(), "cuda.trace.json");
+  const std::string profile = JoinPath(Scratch(), "cuda.profile.json");
+  auto r = test::Run(std::string(REDWING_BINARY) + " bench --backend cuda --model " + model +
+                         " --prompt-tokens 20 --decode-tokens 8 --warmup 0 --quiet "
+                         "--no-disk-probe --no-memory-probe --format json --trace " +
+                         trace + " --profile " + profile,
+                     Scratch());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const Json t = test::ReadJsonFile(trace);
+  std::vector<Json> xs;
+  ASSERT_NO_FATAL_FAILURE(test::CheckChromeTrace(t, &xs));
+  if (t["otherData"].value("gpu", "").find("CUPTI activity") == std::string::npos)
+    GTEST_SKIP() << "no GPU activity in the trace: " << t["otherData"].dump();
+  std::vector<std::pair<double, double>> decode, calls;
+  std::vector<Json> kernels;
+  for (const Json& e : xs) {
+    const double b = e["ts"].get<double>(), end = b + e["dur"].get<double>();
+    if (e["name"] == "decode") decode.push_back({b, end});
+    if (e["name"] == "forward call") calls.push_back({b, end});
+    if (e["cat"] == "gpu kernel") kernels.push_back(e);
+  }
+  ASSERT_EQ(decode.size(), 1u);
+  ASSERT_GE(calls.size(), 9u);  // one prefill call, 8 decode steps
+  ASSERT_GT(kernels.size(), 8u * 6u);
+  // One clock: each forward call of the decode has kernels that start inside it or in the
+  // gap before the next call (a graph's kernels run after the launch returns), and no kernel
+  // runs after the trace's last CPU span has ended.
+  double cpu_end = 0;
+  for (const Json& e : xs)
+    if (e["cat"] != "gpu kernel" && e["cat"] != "gpu copy")
+      cpu_end = std::max(cpu_end, e["ts"].get<double>() + e["dur"].get<double>());
+  int calls_with_kernels = 0;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const double from = calls[c].first;
+    const double to = c + 1 < calls.size() ? calls[c + 1].first : cpu_end;
+    for (const Json& k : kernels) {
+      const double s = k["ts"].get<double>();
+      if (s >= from && s < to) {
+        ++calls_with_kernels;
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(calls_with_kernels, static_cast<int>(calls.size()));
+  for (const Json& k : kernels) {
+    EXPECT_LE(k["ts"].get<double>() + k["dur"].get<double>(), cpu_end + 1.0) << k.dump();
+    EXPECT_TRUE(k["args"].contains("blocks")) << k.dump();
+  }
+  // The profile gets the host syncs (one per decode step at least) and the kernels.
+  const Json p = test::ReadJsonFile(profile);
+  test::CheckProfile(p, 6);
+  EXPECT_GE(p["summary"]["host_syncs"]["count"].get<int>(), 8);
+  EXPECT_EQ(p["summary"]["gpu_kernels"]["count"].get<size_t>(), kernels.size());
+
+  // The summary script reads it.
+  auto sum = test::Run("python3 '" + std::string(REDWING_SOURCE_DIR) +
+                           "/tools/trace_summary.py' '" + trace + "' --window decode",
+                       Scratch());
+  ASSERT_EQ(sum.code, 0) << sum.out << sum.err;
+  const std::string& out = sum.out;
+  EXPECT_NE(out.find("GPU time per kernel"), std::string::npos) << out;
+  EXPECT_EQ(out.find("(no GPU events"), std::string::npos) << out;
+  EXPECT_NE(out.find("GPU idle time by what the CPU"), std::string::npos) << out;
+  std::printf("%s\n", out.c_str());
+}
+
+}  // namespace
+}  // namespace rw
