@@ -35,7 +35,10 @@ int Verify(const Args& args) {
   if (!quiet && tty) std::fprintf(stderr, "\r\033[K");
   if (!report.ok()) return ReportError("verify", report.status());
   if (!report->problems.empty()) {
-    for (const std::string& p : report->problems) std::fprintf(stderr, "damaged: %s\n", p.c_str());
+    // An open failure is not (only) damage: the hashes may all match an edited model.
+    for (const std::string& p : report->problems)
+      std::fprintf(stderr, "%s %s\n",
+                   p.rfind("the model does not open", 0) == 0 ? "refused:" : "damaged:", p.c_str());
     std::fprintf(stderr, "redwing verify: %zu problem(s) in %s\n", report->problems.size(),
                  flags.positional(0).c_str());
     return 1;
