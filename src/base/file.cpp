@@ -169,6 +169,17 @@ Result<std::string> ReadFileToString(const std::string& path) {
   return s;
 }
 
+Result<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes) {
+  RW_ASSIGN_OR_RETURN(File f, File::OpenRead(path));
+  RW_ASSIGN_OR_RETURN(uint64_t size, f.Size());
+  if (size > max_bytes)
+    return Error(ErrorCode::kCorrupt, "{}: {} bytes, more than the {} bytes such a file may have",
+                 path, size, max_bytes);
+  std::string s(size, '\0');
+  RW_RETURN_IF_ERROR(f.PreadExact(s.data(), size, 0));
+  return s;
+}
+
 Status SyncDirectory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Errno("open directory", dir);

@@ -67,6 +67,9 @@ class MappedFile {
 };
 
 Result<std::string> ReadFileToString(const std::string& path);
+// The same for files whose size is not ours to trust (a model directory's JSON side files): a
+// file larger than max_bytes is kCorrupt, naming the limit, before anything is allocated.
+Result<std::string> ReadFileToString(const std::string& path, uint64_t max_bytes);
 // Writes to "<path>.tmp-<pid>", fsyncs, renames over path, fsyncs the directory.
 Status WriteFileAtomic(const std::string& path, std::string_view contents);
 Status SyncDirectory(const std::string& dir);

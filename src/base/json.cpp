@@ -21,6 +21,10 @@ Result<int64_t> JsonInt(const Json& j, const char* key, const std::string& what)
   RW_ASSIGN_OR_RETURN(const Json* v, Field(j, key, what));
   if (!v->is_number_integer())
     return Error(ErrorCode::kCorrupt, "{}: field '{}' must be an integer", what, key);
+  // Above INT64_MAX, get<int64_t> would wrap to a negative number.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    return Error(ErrorCode::kCorrupt, "{}: field '{}' is {}, out of range", what, key,
+                 v->get<uint64_t>());
   return v->get<int64_t>();
 }
 

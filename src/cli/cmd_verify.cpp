@@ -1,10 +1,12 @@
-// redwing verify <model-dir>: re-hash every file and expert blob against the manifest.
+// redwing verify <model-dir>: every check `run` makes when it opens the model (the same code),
+// then re-hash every file and expert blob against the manifest.
 #include <unistd.h>
 
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "engine/engine.h"
 #include "format/model_dir.h"
 
 namespace rw::cli {
@@ -12,8 +14,9 @@ namespace {
 
 int Verify(const Args& args) {
   Flags flags("verify", "redwing verify <model-dir> [--quiet]",
-              "Re-hashes every file of a model directory (SHA-256) and every expert blob (XXH3).\n"
-              "Exits 0 when intact; otherwise names each damaged file and expert and exits 1.");
+              "Opens the model as run does (config against weights, expert index and tokenizer),\n"
+              "then re-hashes every file (SHA-256) and every expert blob (XXH3).\n"
+              "Exits 0 when intact; otherwise names each problem and damaged file and exits 1.");
   flags.Positional("model-dir", "a redwing model directory");
   flags.Bool("quiet", "print nothing on success");
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("verify", st);
@@ -23,13 +26,19 @@ int Verify(const Args& args) {
   }
   bool quiet = flags.GetBool("quiet");
   bool tty = ::isatty(2);
-  auto report = VerifyModelDir(flags.positional(0), [&](const std::string& what) {
-    if (!quiet && tty) std::fprintf(stderr, "\r\033[K%s", what.c_str());
-  });
+  auto report = VerifyModelDir(
+      flags.positional(0),
+      [&](const std::string& what) {
+        if (!quiet && tty) std::fprintf(stderr, "\r\033[K%s", what.c_str());
+      },
+      CheckModelOpens);
   if (!quiet && tty) std::fprintf(stderr, "\r\033[K");
   if (!report.ok()) return ReportError("verify", report.status());
   if (!report->problems.empty()) {
-    for (const std::string& p : report->problems) std::fprintf(stderr, "damaged: %s\n", p.c_str());
+    // An open failure is not (only) damage: the hashes may all match an edited model.
+    for (const std::string& p : report->problems)
+      std::fprintf(stderr, "%s %s\n",
+                   p.rfind("the model does not open", 0) == 0 ? "refused:" : "damaged:", p.c_str());
     std::fprintf(stderr, "redwing verify: %zu problem(s) in %s\n", report->problems.size(),
                  flags.positional(0).c_str());
     return 1;

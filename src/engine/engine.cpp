@@ -8,6 +8,8 @@
 #include "base/timer.h"
 #include "base/trace.h"
 #include "engine/bench.h"
+#include "format/model_dir.h"
+#include "model/gemma4_weights.h"
 #include "sample/sampler.h"
 
 #ifdef REDWING_HAVE_CUDA
@@ -129,7 +131,7 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   return e;
 }
 
-Status Engine::LoadText(const std::string& dir) {
+Result<ModelText> LoadModelText(const std::string& dir) {
   const std::string path = JoinPath(dir, "tokenizer.json");
   if (!PathExists(path))
     return Error(ErrorCode::kNotFound,
@@ -137,9 +139,25 @@ Status Engine::LoadText(const std::string& dir) {
                  "or convert a checkpoint that carries one",
                  dir);
   RW_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(path));
+  RW_ASSIGN_OR_RETURN(ChatTemplate tpl, ChatTemplate::FromModelDirectory(dir));
+  return ModelText{std::move(tok), std::move(tpl)};
+}
+
+Status CheckModelOpens(const std::string& model_dir) {
+  RW_ASSIGN_OR_RETURN(ModelDir dir, ModelDir::Open(model_dir));
+  RW_RETURN_IF_ERROR(BindGemma4Model(dir).status());
+  // A model without a tokenizer still runs on token ids; one with a tokenizer must load it.
+  if (PathExists(JoinPath(model_dir, "tokenizer.json")))
+    RW_RETURN_IF_ERROR(LoadModelText(model_dir).status());
+  return Status::Ok();
+}
+
+Status Engine::LoadText(const std::string& dir) {
+  RW_ASSIGN_OR_RETURN(ModelText text, LoadModelText(dir));
+  Tokenizer tok = std::move(text.tokenizer);
   // A tokenizer may name a few more ids than the model embeds (Gemma's <image_soft_token>);
   // Session rejects such ids with a clear error if they ever reach it.
-  RW_ASSIGN_OR_RETURN(chat_template_, ChatTemplate::FromModelDirectory(dir));
+  chat_template_ = std::move(text.chat_template);
   for (const char* name : {"<turn|>", "<eos>", "<|tool_response>"}) {
     const int id = tok.TokenToId(name);
     if (id >= 0 && id < config().vocab_size &&

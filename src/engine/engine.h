@@ -77,6 +77,19 @@ class CudaForwardPass;
 
 class Session;
 
+// A model directory's tokenizer and chat template, loaded as run and serve load them.
+struct ModelText {
+  Tokenizer tokenizer;
+  ChatTemplate chat_template;
+};
+Result<ModelText> LoadModelText(const std::string& model_dir);
+
+// Every check opening a model for run and serve makes, without loading it for inference: the
+// directory (ModelDir::Open), the weights and expert layouts against the config
+// (BindGemma4Model), and, when the model has a tokenizer.json, the tokenizer and chat template.
+// `redwing verify` runs this before re-hashing.
+Status CheckModelOpens(const std::string& model_dir);
+
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   static Result<std::shared_ptr<Engine>> Load(const EngineOptions& options);

@@ -97,7 +97,11 @@ Status ExpertPredictor::Write(const std::string& path) const {
 
 Result<ExpertPredictor> ExpertPredictor::Read(const std::string& path, int layers,
                                               int num_experts) {
-  RW_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  // The model fixes the file's size: a larger one (a damaged or hostile file in the model
+  // directory) is refused before it is read into memory.
+  const uint64_t expected =
+      24 + static_cast<uint64_t>(std::max(layers - 1, 0)) * num_experts * num_experts * 4;
+  RW_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path, expected));
   int32_t h[4];
   RW_RETURN_IF_ERROR(ParseHeader(bytes, kPredictorMagic, path, h));
   if (h[0] != layers || h[2] != num_experts)

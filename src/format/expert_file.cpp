@@ -1,5 +1,7 @@
 #include "format/expert_file.h"
 
+#include <algorithm>
+
 #include "base/hash.h"
 
 namespace rw {
@@ -59,6 +61,7 @@ Status ExpertLayout::Validate(const std::string& what) const {
                  "{}: expert stride {} must be a positive multiple of {} holding {} bytes", what,
                  stride, kExpertAlignment, blob_size);
   std::vector<ByteRange> parts;
+  uint64_t used = 0;
   for (const TensorDesc* t : {&gate, &up, &down}) {
     RW_RETURN_IF_ERROR(t->Validate(blob_size, what));
     if (t->shape.size() != 2)
@@ -69,6 +72,17 @@ Status ExpertLayout::Validate(const std::string& what) const {
       parts.push_back(t->biases);
     }
   }
+  for (const ByteRange& r : parts) used = std::max(used, r.end());
+  // Make() is the only layout there is: the blob ends at its last part (64-byte aligned), the
+  // stride at the next 4 KiB. Anything larger is padding no writer makes, and readers would size
+  // their buffers by it.
+  if (blob_size != AlignUp(used, kExpertPartAlignment) ||
+      stride != AlignUp(blob_size, kExpertAlignment))
+    return Error(ErrorCode::kCorrupt,
+                 "{}: expert blob_size {} and stride {} do not fit its parts ({} bytes: expected "
+                 "{} and {})",
+                 what, blob_size, stride, used, AlignUp(used, kExpertPartAlignment),
+                 AlignUp(AlignUp(used, kExpertPartAlignment), kExpertAlignment));
   for (size_t i = 0; i < parts.size(); ++i)
     for (size_t k = i + 1; k < parts.size(); ++k)
       if (parts[i].offset < parts[k].end() && parts[k].offset < parts[i].end())

@@ -123,7 +123,8 @@ Status ModelDirWriter::Commit(Manifest manifest,
   };
   for (const TensorDesc& t : core.tensors()) tensors[t.name] = describe(t);
   if (manifest.has_experts) {
-    RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(Path(kExpertIndexName)));
+    RW_ASSIGN_OR_RETURN(std::string text,
+                        ReadFileToString(Path(kExpertIndexName), kMaxExpertIndexBytes));
     RW_ASSIGN_OR_RETURN(Json ij, ParseJson(text, kExpertIndexName));
     RW_ASSIGN_OR_RETURN(ExpertIndex idx, ExpertIndex::FromJson(ij, kExpertIndexName));
     for (int l = 0; l < idx.num_layers; ++l)
@@ -167,9 +168,7 @@ Result<ModelDir> ModelDir::Open(const std::string& dir) {
                    dir);
     return Error(ErrorCode::kNotFound, "{}: no manifest.json: not a redwing model directory", dir);
   }
-  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath));
-  RW_ASSIGN_OR_RETURN(Json j, ParseJson(text, mpath));
-  RW_ASSIGN_OR_RETURN(m.manifest_, Manifest::FromJson(j, mpath));
+  RW_ASSIGN_OR_RETURN(m.manifest_, ReadManifest(dir));
   // Cheap integrity: every listed file exists with its recorded size.
   for (const auto& [name, f] : m.manifest_.files) {
     std::string p = JoinPath(dir, name);
@@ -183,7 +182,10 @@ Result<ModelDir> ModelDir::Open(const std::string& dir) {
   RW_ASSIGN_OR_RETURN(m.core_, CoreFile::Open(JoinPath(dir, kCoreName)));
   if (m.manifest_.has_experts) {
     std::string ipath = JoinPath(dir, kExpertIndexName);
-    RW_ASSIGN_OR_RETURN(std::string itext, ReadFileToString(ipath));
+    if (!m.manifest_.config.enable_moe)
+      return Error(ErrorCode::kCorrupt,
+                   "{}: the model has an expert index but its config has enable_moe false", mpath);
+    RW_ASSIGN_OR_RETURN(std::string itext, ReadFileToString(ipath, kMaxExpertIndexBytes));
     RW_ASSIGN_OR_RETURN(Json ij, ParseJson(itext, ipath));
     RW_ASSIGN_OR_RETURN(ExpertIndex idx, ExpertIndex::FromJson(ij, ipath));
     const ModelConfig& c = m.manifest_.config;
@@ -196,7 +198,9 @@ Result<ModelDir> ModelDir::Open(const std::string& dir) {
       auto f = m.manifest_.files.find(info.file);
       if (f == m.manifest_.files.end())
         return Error(ErrorCode::kCorrupt, "{}: {} is not in the manifest", ipath, info.file);
-      if (f->second.size != info.layout.stride * static_cast<uint64_t>(idx.num_experts))
+      // Divided, not multiplied: a hostile stride must not wrap around to the file's size.
+      if (f->second.size % static_cast<uint64_t>(idx.num_experts) != 0 ||
+          f->second.size / static_cast<uint64_t>(idx.num_experts) != info.layout.stride)
         return Error(ErrorCode::kCorrupt, "{}: {} has {} bytes, {} experts × stride {} expected",
                      ipath, info.file, f->second.size, idx.num_experts, info.layout.stride);
       const TensorDesc& g = info.layout.gate;
@@ -213,13 +217,21 @@ Result<ModelDir> ModelDir::Open(const std::string& dir) {
   return m;
 }
 
-Result<VerifyReport> VerifyModelDir(const std::string& dir,
-                                    const std::function<void(const std::string&)>& progress) {
-  VerifyReport report;
-  std::string mpath = JoinPath(dir, kManifestName);
-  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath));
+Result<Manifest> ReadManifest(const std::string& dir) {
+  const std::string mpath = JoinPath(dir, kManifestName);
+  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(mpath, kMaxManifestBytes));
   RW_ASSIGN_OR_RETURN(Json j, ParseJson(text, mpath));
-  RW_ASSIGN_OR_RETURN(Manifest m, Manifest::FromJson(j, mpath));
+  return Manifest::FromJson(j, mpath);
+}
+
+Result<VerifyReport> VerifyModelDir(const std::string& dir,
+                                    const std::function<void(const std::string&)>& progress,
+                                    const std::function<Status(const std::string&)>& open_check) {
+  VerifyReport report;
+  RW_ASSIGN_OR_RETURN(Manifest m, ReadManifest(dir));
+  if (progress) progress("opening the model");
+  Status opened = open_check ? open_check(dir) : ModelDir::Open(dir).status();
+  if (!opened.ok()) report.problems.push_back("the model does not open: " + opened.message());
   for (const auto& [name, f] : m.files) {
     if (progress) progress("checking " + name);
     std::string p = JoinPath(dir, name);
@@ -236,32 +248,29 @@ Result<VerifyReport> VerifyModelDir(const std::string& dir,
     else if (*sha != f.sha256)
       report.problems.push_back(fmt::format("{}: SHA-256 mismatch", name));
   }
-  // Name the damaged expert blobs too, so a user knows what a bad read would hit.
-  if (m.has_experts) {
-    auto itext = ReadFileToString(JoinPath(dir, kExpertIndexName));
-    if (!itext.ok()) return report;
-    auto ij = ParseJson(*itext, kExpertIndexName);
-    if (!ij.ok()) return report;
-    auto idx = ExpertIndex::FromJson(*ij, kExpertIndexName);
-    if (!idx.ok()) {
-      report.problems.push_back(idx.status().message());
-      return report;
-    }
-    std::vector<uint8_t> buf;
-    for (const ExpertLayerInfo& l : idx->layers) {
-      auto f = File::OpenRead(JoinPath(dir, l.file));
-      if (!f.ok()) continue;  // already reported
-      buf.resize(l.layout.stride);
-      for (int e = 0; e < idx->num_experts; ++e) {
-        Status st =
-            f->PreadExact(buf.data(), buf.size(), l.layout.stride * static_cast<uint64_t>(e));
-        if (!st.ok()) {
-          report.problems.push_back(fmt::format("{}: expert {}: {}", l.file, e, st.message()));
-          break;
-        }
-        if (Xxh3_64(buf.data(), buf.size()) != l.xxh3[e])
-          report.problems.push_back(fmt::format("{}: expert {} blob checksum mismatch", l.file, e));
+  if (!opened.ok() || !m.has_experts) return report;
+  // Name the damaged expert blobs too, so a user knows what a bad read would hit. The index comes
+  // from an opened model: its strides match the layer files, so buffers are sized by real files.
+  auto md = ModelDir::Open(dir);
+  if (!md.ok()) {
+    report.problems.push_back("the model does not open: " + md.status().message());
+    return report;
+  }
+  const ExpertIndex* idx = md->experts();
+  if (idx == nullptr) return report;
+  std::vector<uint8_t> buf;
+  for (const ExpertLayerInfo& l : idx->layers) {
+    auto f = File::OpenRead(JoinPath(dir, l.file));
+    if (!f.ok()) continue;  // already reported
+    buf.resize(l.layout.stride);
+    for (int e = 0; e < idx->num_experts; ++e) {
+      Status st = f->PreadExact(buf.data(), buf.size(), l.layout.stride * static_cast<uint64_t>(e));
+      if (!st.ok()) {
+        report.problems.push_back(fmt::format("{}: expert {}: {}", l.file, e, st.message()));
+        break;
       }
+      if (Xxh3_64(buf.data(), buf.size()) != l.xxh3[e])
+        report.problems.push_back(fmt::format("{}: expert {} blob checksum mismatch", l.file, e));
     }
   }
   return report;

@@ -20,6 +20,10 @@ inline constexpr int kFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kCoreName = "core.bin";
 inline constexpr const char* kExpertIndexName = "experts/index.json";
+// Size limits, far above any real model's (the 26B MoE's manifest and expert index are ~100 kB
+// each), so a damaged or hostile file is refused before it is read into memory.
+inline constexpr uint64_t kMaxManifestBytes = 4u << 20;
+inline constexpr uint64_t kMaxExpertIndexBytes = 16u << 20;
 // Side files copied from a source checkpoint when present.
 const std::vector<std::string>& SideFileNames();
 
@@ -95,12 +99,20 @@ class ModelDir {
   std::optional<ExpertIndex> experts_;
 };
 
+// The manifest of dir, read (within kMaxManifestBytes) and parsed; nothing else is checked.
+Result<Manifest> ReadManifest(const std::string& dir);
+
 struct VerifyReport {
   std::vector<std::string> problems;  // empty when intact
   uint64_t bytes_checked = 0;
 };
-// Re-hashes every file against the manifest and every expert blob against its XXH3.
-Result<VerifyReport> VerifyModelDir(const std::string& dir,
-                                    const std::function<void(const std::string&)>& progress = {});
+// First runs open_check (by default ModelDir::Open; `redwing verify` passes everything `run`
+// checks when it opens a model): its failure is the first problem. Then re-hashes every file
+// against the manifest and, only when the model opened (so the expert index and its strides
+// were checked against the files), every expert blob against its XXH3. An unreadable manifest
+// is an error, not a problem.
+Result<VerifyReport> VerifyModelDir(
+    const std::string& dir, const std::function<void(const std::string&)>& progress = {},
+    const std::function<Status(const std::string& dir)>& open_check = {});
 
 }  // namespace rw

@@ -98,6 +98,12 @@ Result<TensorDesc> TensorDesc::FromJson(const Json& j, const std::string& what) 
   if (t.type == TensorType::kAffine) {
     RW_ASSIGN_OR_RETURN(int64_t bits, JsonInt(j, "bits", w));
     RW_ASSIGN_OR_RETURN(int64_t gs, JsonInt(j, "group_size", w));
+    // Checked before narrowing to int (2^32 + 4 must not become 4); Validate names what is
+    // supported.
+    if (bits < 1 || bits > 32)
+      return Error(ErrorCode::kCorrupt, "{}: field 'bits' is {}, outside [1, 32]", w, bits);
+    if (gs < 1 || gs > (1 << 20))
+      return Error(ErrorCode::kCorrupt, "{}: field 'group_size' is {}, outside [1, 2^20]", w, gs);
     t.bits = static_cast<int>(bits);
     t.group_size = static_cast<int>(gs);
     RW_ASSIGN_OR_RETURN(t.scales, RangeFromJson(j, "scales", w));

@@ -86,6 +86,7 @@ struct HttpConnection::Try {
   bool ranged = false;
   uint64_t first = 0, last = 0, file_size = UINT64_MAX;
   uint8_t* dst = nullptr;  // ranged: bytes go to dst[0, last - first]
+  const std::function<void(uint64_t)>* on_data = nullptr;  // ranged: told of accepted bytes
   std::string* body = nullptr;
   uint64_t max_body = 0;
   const std::atomic<bool>* cancel = nullptr;
@@ -159,6 +160,7 @@ static size_t WriteCb(char* p, size_t size, size_t n, void* ud) {
     }
     std::memcpy(t->dst + t->got, p, len);
     t->got += len;
+    if (t->on_data != nullptr && *t->on_data) (*t->on_data)(len);
     return len;
   }
   if (t->body->size() + len > t->max_body) {
@@ -285,7 +287,8 @@ Result<HttpResponse> HttpConnection::Get(const std::string& url, uint64_t max_by
 }
 
 Status HttpConnection::FetchRange(const std::string& url, uint64_t offset, uint64_t n,
-                                  uint64_t file_size, uint8_t* dst, const std::string& what) {
+                                  uint64_t file_size, uint8_t* dst, const std::string& what,
+                                  const std::function<void(uint64_t)>& on_data) {
   if (n == 0) return Status::Ok();
   const uint64_t end = offset + n - 1;
   uint64_t got = 0;
@@ -300,6 +303,7 @@ Status HttpConnection::FetchRange(const std::string& url, uint64_t offset, uint6
     t.last = end;
     t.file_size = file_size;
     t.dst = dst + got;
+    t.on_data = &on_data;
     int rc = Perform(url, &t);
     if (rc == CURLE_ABORTED_BY_CALLBACK)
       return Error(ErrorCode::kCancelled, "{} bytes {}-{}: cancelled", what, offset, end);

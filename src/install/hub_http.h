@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -55,9 +56,12 @@ class HttpConnection {
   // Fetches bytes [offset, offset + n) of url into dst. Each response must be 206 with a
   // Content-Range for exactly the bytes asked (and the file size, when file_size != UINT64_MAX)
   // and carry exactly that many bytes. A try that fails midway continues from the bytes already
-  // received. `what` names the file in errors, which also name the range.
+  // received. `what` names the file in errors, which also name the range. on_data, when set, is
+  // told of every piece of the range as it arrives (for progress by bytes, not by request): the
+  // pieces add up to n on success, and no byte is told twice.
   Status FetchRange(const std::string& url, uint64_t offset, uint64_t n, uint64_t file_size,
-                    uint8_t* dst, const std::string& what);
+                    uint8_t* dst, const std::string& what,
+                    const std::function<void(uint64_t)>& on_data = {});
 
   struct Try;  // one request's state (public only for libcurl's C callbacks)
 

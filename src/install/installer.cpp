@@ -17,6 +17,7 @@
 #include "format/model_dir.h"
 #include "install/convert_plan.h"
 #include "install/hub_api.h"
+#include "install/install_lock.h"
 #include "install/installer_layout.h"
 #include "install/installer_stream.h"
 #include "install/journal.h"
@@ -223,11 +224,11 @@ Status FetchSideFileOnce(HttpConnection& conn, const std::string& url, const Hub
   std::vector<uint8_t> buf(std::min<uint64_t>(std::max<uint64_t>(f.size, 1), chunk));
   for (uint64_t off = 0; off < f.size; off += buf.size()) {
     uint64_t n = std::min<uint64_t>(buf.size(), f.size - off);
-    RW_RETURN_IF_ERROR(conn.FetchRange(url, off, n, f.size, buf.data(), f.path));
+    // Progress as the bytes arrive: a side file may be one range of tens of MB.
+    RW_RETURN_IF_ERROR(conn.FetchRange(url, off, n, f.size, buf.data(), f.path, advance));
     sha.Update(buf.data(), n);
     git.Update(buf.data(), n);
     RW_RETURN_IF_ERROR(WriteAllAt(out, buf.data(), n, off));
-    advance(n);
   }
   *sha_out = sha.FinishHex();
   const std::string range = f.size ? fmt::format("bytes 0-{}", f.size - 1) : "its 0 bytes";
@@ -303,6 +304,10 @@ Result<InstallReport> InstallFromHub(const InstallOptions& opts, const InstallCa
   const std::string out = AbsoluteNormal(opts.out_dir);
   const std::string staging = out + kInstallStagingSuffix;
   const std::string journal_path = JoinPath(staging, kJournalName);
+  // Before anything looks at the staging directory: one install per output at a time, so that a
+  // second one neither shares the journal nor discards the first one's files.
+  RW_RETURN_IF_ERROR(MakeDirectories(ParentPath(out)));
+  RW_ASSIGN_OR_RETURN(InstallLock lock, InstallLock::Acquire(out + kInstallLockSuffix, out));
 
   if (PathExists(JoinPath(out, kManifestName)) && PathExists(staging) && opts.resume) {
     // Published, but the staging directory outlived a crash right after: nothing left to do.
@@ -384,8 +389,14 @@ Result<InstallReport> InstallFromHub(const InstallOptions& opts, const InstallCa
   report.resumed = resuming;
   uint64_t need = layout.total_output_bytes() + side_bytes;
   if (resuming) {
+    // What is already on disk needs no more space: the target files' written bytes, and the side
+    // files (tokenizer.json is tens of MB) fetched before the stop.
     for (int f = 0; f < layout.num_files(); ++f) {
       uint64_t a = AllocatedBytes(JoinPath(staging, layout.target_file_name(f)));
+      need -= std::min(need, a);
+    }
+    for (const HubFile* f : side) {
+      uint64_t a = std::min(f->size, AllocatedBytes(JoinPath(staging, f->path)));
       need -= std::min(need, a);
     }
   }

@@ -107,7 +107,8 @@ class Streamer {
   Status Flush();
   void Fail(const Status& st);
   bool AllDone() const;
-  uint64_t ConsumedBytes() const;
+  // Bytes consumed, plus those received of segments not yet consumed (for progress).
+  uint64_t ProgressBytes() const;
 
   const InstallLayout& layout_;
   std::vector<File>* files_;
@@ -123,6 +124,9 @@ class Streamer {
   std::vector<int> free_;
   std::atomic<bool> stop_{false};
   Status error_;
+  // Bytes received of segments not yet consumed, so progress moves as bytes arrive rather than
+  // a whole segment at a time.
+  std::atomic<uint64_t> received_unconsumed_{0};
 
   // Expert units: source bytes still to land, a generation bumped when a refetch invalidates
   // them, and checksums waiting to be journaled.
@@ -187,10 +191,14 @@ bool Streamer::AllDone() const {
   return true;
 }
 
-uint64_t Streamer::ConsumedBytes() const {
-  uint64_t n = 0;
-  for (const ShardState& sh : shards_) n += sh.done ? sh.lay->size : sh.processed;
-  return n;
+uint64_t Streamer::ProgressBytes() const {
+  uint64_t n = 0, total = 0;
+  for (const ShardState& sh : shards_) {
+    n += sh.done ? sh.lay->size : sh.processed;
+    total += sh.lay->size;
+  }
+  // Under mu_, where the counter and `processed` move together.
+  return std::min(total, n + received_unconsumed_.load(std::memory_order_relaxed));
 }
 
 void Streamer::Fail(const Status& st) {
@@ -430,11 +438,16 @@ void Streamer::Worker() {
     sh.next_fetch += seg.len;
     sh.inflight++;
     lk.unlock();
+    uint64_t received = 0;
     Status st = conn.FetchRange(sh.url, seg.start, seg.len, sh.lay->size, pool_[seg.buf].data(),
-                                sh.lay->file);
+                                sh.lay->file, [this, &received](uint64_t n) {
+                                  received += n;
+                                  received_unconsumed_.fetch_add(n, std::memory_order_relaxed);
+                                });
     lk.lock();
     sh.inflight--;
     if (!st.ok()) {
+      received_unconsumed_.fetch_sub(received, std::memory_order_relaxed);
       free_.push_back(seg.buf);
       Fail(st);
       return;
@@ -450,6 +463,7 @@ void Streamer::Worker() {
       Status cst = Consume(sh, next, &cut);
       lk.lock();
       free_.push_back(next.buf);
+      received_unconsumed_.fetch_sub(next.len, std::memory_order_relaxed);
       cv_.notify_all();
       if (!cst.ok()) {
         Fail(cst.Annotate(
@@ -542,7 +556,7 @@ Status Streamer::Run(const StreamProgressFn& progress) {
       uint64_t done;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        done = ConsumedBytes();
+        done = ProgressBytes();
       }
       progress(done, total);
     }
@@ -560,7 +574,7 @@ Status Streamer::Run(const StreamProgressFn& progress) {
   for (std::thread& t : workers) t.join();
   // Whatever happened, journal what is durable so a rerun resumes from here.
   Status fst = Flush();
-  if (progress) progress(ConsumedBytes(), total);
+  if (progress) progress(ProgressBytes(), total);
   if (!error_.ok()) return error_;
   if (!fst.ok()) return fst;
   for (size_t u = 0; u < unit_xxh3_->size(); ++u)

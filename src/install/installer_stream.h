@@ -50,7 +50,8 @@ struct ShardResume {
   bool done = false;      // consumed and its SHA-256 verified
 };
 
-// Progress: source bytes consumed of all shards, out of their total.
+// Progress: source bytes of all shards consumed or received so far (it moves as bytes arrive),
+// out of their total.
 using StreamProgressFn = std::function<void(uint64_t done, uint64_t total)>;
 
 // pwrite of all n bytes at offset. A full disk (ENOSPC, EDQUOT) is kResourceExhausted with a

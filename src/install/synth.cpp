@@ -184,7 +184,8 @@ Status WriteSynthModelDir(const SynthPlan& p, const SynthOptions& o,
   std::unique_ptr<ThreadPool> own_pool;
   if (o.threads > 0) own_pool = std::make_unique<ThreadPool>(o.threads);
   ThreadPool& pool = own_pool ? *own_pool : ThreadPool::Default();
-  RW_ASSIGN_OR_RETURN(SynthSizeEstimate est, EstimateSynthSize(p.geometry));
+  // The plan's own size: its vocabulary may be --vocab's, not the geometry's.
+  const SynthSizeEstimate est = EstimatePlanSize(p);
   const uint64_t total = est.core_bytes + est.expert_bytes;
   uint64_t done = 0;
   auto report = [&](const std::string& stage) {
@@ -294,9 +295,15 @@ Status WriteSynthModelDir(const SynthPlan& p, const SynthOptions& o,
 
 Result<SynthSizeEstimate> EstimateSynthSize(const std::string& geometry) {
   RW_ASSIGN_OR_RETURN(synth::SynthPlan p, synth::MakeSynthPlan(geometry, 0, 0));
+  return synth::EstimatePlanSize(p);
+}
+
+namespace synth {
+
+SynthSizeEstimate EstimatePlanSize(const SynthPlan& p) {
   SynthSizeEstimate est;
   est.core_bytes = kCoreAlignment;
-  for (const synth::CoreEntry& e : p.core) {
+  for (const CoreEntry& e : p.core) {
     if (e.is_matrix) {
       est.core_bytes += AlignUp(e.m.code_bytes(), kCoreAlignment) +
                         2 * AlignUp(e.m.scale_bytes(), kCoreAlignment);
@@ -305,11 +312,13 @@ Result<SynthSizeEstimate> EstimateSynthSize(const std::string& geometry) {
     }
   }
   if (p.config.enable_moe) {
-    est.expert_stride = synth::MakeExpertLayout(p).stride;
+    est.expert_stride = MakeExpertLayout(p).stride;
     est.expert_bytes = est.expert_stride * p.config.num_experts * p.config.num_layers;
   }
   return est;
 }
+
+}  // namespace synth
 
 Status SynthesizeModel(const SynthOptions& o, const SynthProgress& progress) {
   if (o.out_dir.empty()) return Error(ErrorCode::kInvalidArgument, "no output directory");

@@ -110,6 +110,9 @@ std::vector<float> RouterRowGains(uint64_t seed, int layer, int num_experts, dou
 // The config.json of the HF (bf16) or MLX (with its quantization block) checkpoint forms.
 Json CheckpointConfigJson(const SynthPlan& p, bool mlx);
 
+// Bytes of the model directory a plan writes (core and experts), for progress.
+SynthSizeEstimate EstimatePlanSize(const SynthPlan& p);
+
 // The writers behind SynthesizeModel.
 Status WriteSynthModelDir(const SynthPlan& p, const SynthOptions& o, const SynthProgress& progress);
 Status WriteSynthCheckpoint(const SynthPlan& p, const SynthOptions& o, bool mlx,

@@ -1,5 +1,6 @@
 #include "model/gemma4_weights.h"
 
+#include <cstdio>
 #include <functional>
 
 namespace rw {
@@ -147,6 +148,29 @@ Result<Gemma4Weights> BindGemma4Weights(const ModelConfig& c, const CoreFile& co
       std::string name = fmt::format("layers.{}.{}", i, e.suffix);
       RW_ASSIGN_OR_RETURN(w.layers[i].*e.member, Require(core, name, e.shape(c, g), e.kind));
     }
+  }
+  return w;
+}
+
+Result<Gemma4Weights> BindGemma4Model(const ModelDir& dir) {
+  const ModelConfig& c = dir.config();
+  RW_ASSIGN_OR_RETURN(Gemma4Weights w, BindGemma4Weights(c, dir.core()));
+  // A config that claims fewer layers than the weights hold (num_layers edited down) would run
+  // as a different, truncated model.
+  for (const TensorDesc& t : dir.core().tensors()) {
+    int layer = -1;
+    if (std::sscanf(t.name.c_str(), "layers.%d.", &layer) == 1 && layer >= c.num_layers)
+      return Error(ErrorCode::kCorrupt,
+                   "{}: tensor '{}' belongs to layer {}, but the config has {} layers",
+                   dir.core().path(), t.name, layer, c.num_layers);
+  }
+  if (c.enable_moe) {
+    const ExpertIndex* idx = dir.experts();
+    if (idx == nullptr)
+      return Error(ErrorCode::kCorrupt, "{}: MoE enabled but no experts", dir.path());
+    for (int i = 0; i < c.num_layers; ++i)
+      RW_RETURN_IF_ERROR(ValidateExpertLayout(c, idx->layers[i].layout,
+                                              fmt::format("{} layer {}", dir.path(), i)));
   }
   return w;
 }

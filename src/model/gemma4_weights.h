@@ -9,6 +9,7 @@
 #include "format/core_file.h"
 #include "format/expert_file.h"
 #include "format/model_config.h"
+#include "format/model_dir.h"
 
 namespace rw {
 
@@ -55,5 +56,10 @@ Result<Gemma4Weights> BindGemma4Weights(const ModelConfig& config, const CoreFil
 // [hidden, moe_inter], supported types). `what` names the layer in errors.
 Status ValidateExpertLayout(const ModelConfig& config, const ExpertLayout& layout,
                             const std::string& what);
+
+// Everything opening a model for inference checks beyond ModelDir::Open: the core's tensors
+// against the config (BindGemma4Weights, and no tensor of a layer the config lacks), and every
+// expert layer's layout. `redwing run` and `redwing verify` both go through this.
+Result<Gemma4Weights> BindGemma4Model(const ModelDir& dir);
 
 }  // namespace rw

@@ -66,7 +66,7 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
   const ModelConfig& c = m->dir_.config();
   if (c.geometry(0).rope_type != "default" && c.geometry(0).rope_type != "proportional")
     return Error(ErrorCode::kUnsupported, "{}: rope type {}", path, c.geometry(0).rope_type);
-  RW_ASSIGN_OR_RETURN(m->table_, BindGemma4Weights(c, m->dir_.core()));
+  RW_ASSIGN_OR_RETURN(m->table_, BindGemma4Model(m->dir_));
   const uint8_t* base = m->dir_.core().base();
   m->embed_ = ViewOf(base, *m->table_.embed_tokens);
   m->final_norm_ = VectorToF32(base, *m->table_.norm);
@@ -110,11 +110,7 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
   m->inv_freq_sliding_ = RopeInvFreq(c.sliding);
   m->inv_freq_full_ = RopeInvFreq(c.full);
   if (c.enable_moe) {
-    const ExpertIndex* idx = m->dir_.experts();
-    if (idx == nullptr) return Error(ErrorCode::kCorrupt, "{}: MoE enabled but no experts", path);
-    for (int i = 0; i < c.num_layers; ++i)
-      RW_RETURN_IF_ERROR(
-          ValidateExpertLayout(c, idx->layers[i].layout, fmt::format("{} layer {}", path, i)));
+    const ExpertIndex* idx = m->dir_.experts();  // checked by BindGemma4Model
     if (o.early_expert_read != "off" && o.early_expert_read != "router" &&
         o.early_expert_read != "fitted")
       return Error(ErrorCode::kInvalidArgument,

@@ -30,14 +30,16 @@ Result<ChatTemplate> ChatTemplate::FromModelDirectory(const std::string& dir,
                                                       ChatTemplateOptions options) {
   std::string jinja_path = JoinPath(dir, "chat_template.jinja");
   if (PathExists(jinja_path)) {
-    RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(jinja_path));
+    // Real templates are ~10 kB and tokenizer_config.json files a few MB: limits far above
+    // them, so a damaged file is refused before it is read into memory.
+    RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(jinja_path, 16u << 20));
     auto t = FromText(std::move(text), options);
     if (!t.ok()) return t.status().Annotate(jinja_path);
     return t;
   }
   std::string config_path = JoinPath(dir, "tokenizer_config.json");
   if (PathExists(config_path)) {
-    RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
+    RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path, 64u << 20));
     RW_ASSIGN_OR_RETURN(Json config, ParseJson(text, config_path));
     const Json* tpl = nullptr;
     if (config.is_object() && config.contains("chat_template")) {

@@ -218,7 +218,9 @@ int32_t TemplateBos(const Json& pp, const Tokenizer& tok) {
 }  // namespace
 
 Result<Tokenizer> Tokenizer::Load(const std::string& path, const TokenizerOptions& options) {
-  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  // Gemma's tokenizer.json is ~32 MB; the limit is far above any real one, so a damaged file
+  // is refused before it is read into memory.
+  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 512u << 20));
   return FromJsonText(text, path, options);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "base/file.h"
 #include "experts/predictor.h"
@@ -71,6 +72,12 @@ TEST(ExpertPredictor, LearnsTransitionsAndRoundTrips) {
   EXPECT_EQ(ExpertPredictor::Read(path, 4, 16).status().code(), ErrorCode::kCorrupt);
   ASSERT_TRUE(WriteFileAtomic(path, "not a predictor at all, no").ok());
   EXPECT_EQ(ExpertPredictor::Read(path, 4, 16).status().code(), ErrorCode::kCorrupt);
+  // A huge file (sparse: nothing written) is refused unread.
+  std::filesystem::resize_file(path, uint64_t{8} << 30);
+  auto huge = ExpertPredictor::Read(path, 4, 16);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("8589934592 bytes, more than"), std::string::npos)
+      << huge.status().message();
   std::remove(path.c_str());
 
   // Traces: round trip, damage, mixing models.

@@ -331,5 +331,224 @@ TEST(Format, HfConfigSpellings) {
   EXPECT_NE(r.status().message().find("hidden_size"), std::string::npos);
 }
 
+// Records rel's current size and SHA-256 in the manifest, as someone editing a model on purpose
+// (or a hostile one) would, so that only the checks beyond the hashes can catch the edit.
+void Resign(const std::string& dir, const std::string& rel) {
+  const std::string mpath = JoinPath(dir, kManifestName);
+  Json m = Json::parse(*ReadFileToString(mpath));
+  auto sha = Sha256File(JoinPath(dir, rel));
+  ASSERT_TRUE(sha.ok());
+  m["files"][rel] = {{"size", std::filesystem::file_size(JoinPath(dir, rel))}, {"sha256", *sha}};
+  ASSERT_TRUE(WriteFileAtomic(mpath, m.dump()).ok());
+}
+
+// Both the opener and verify must refuse, verify as a problem naming `needle`.
+void ExpectRefused(const std::string& dir, const std::string& needle) {
+  auto m = ModelDir::Open(dir);
+  ASSERT_FALSE(m.ok()) << "opened despite: " << needle;
+  EXPECT_NE(m.status().message().find(needle), std::string::npos) << m.status().message();
+  auto report = VerifyModelDir(dir);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_FALSE(report->problems.empty()) << "verify found nothing wrong: " << needle;
+  EXPECT_NE(report->problems[0].find("does not open"), std::string::npos) << report->problems[0];
+  EXPECT_NE(report->problems[0].find(needle), std::string::npos) << report->problems[0];
+}
+
+// A stride from experts/index.json is checked against the blob's parts and the layer file's size
+// before verify sizes a buffer by it (2^62 used to abort with bad_alloc, 2^32 to take 4.3 GB).
+TEST(Format, VerifyChecksTheStrideBeforeReadingBlobs) {
+  std::string dir = FreshDir("stride");
+  WriteTinyModel(dir);
+  const std::string ipath = JoinPath(dir, kExpertIndexName);
+  const std::string good = *ReadFileToString(ipath);
+  for (uint64_t stride : {uint64_t{1} << 62, uint64_t{1} << 32, uint64_t{1} << 52}) {
+    SCOPED_TRACE(stride);
+    Json idx = Json::parse(good);
+    idx["layers"][1]["layout"]["stride"] = stride;
+    ASSERT_TRUE(WriteFileAtomic(ipath, idx.dump()).ok());
+    Resign(dir, kExpertIndexName);
+    ExpectRefused(dir, fmt::format("stride {}", stride));
+  }
+  // A blob_size padded out to the hostile stride is refused the same way.
+  Json idx = Json::parse(good);
+  idx["layers"][0]["layout"]["stride"] = uint64_t{1} << 40;
+  idx["layers"][0]["layout"]["blob_size"] = uint64_t{1} << 40;
+  ASSERT_TRUE(WriteFileAtomic(ipath, idx.dump()).ok());
+  Resign(dir, kExpertIndexName);
+  ExpectRefused(dir, "do not fit its parts");
+  ASSERT_TRUE(WriteFileAtomic(ipath, good).ok());
+  Resign(dir, kExpertIndexName);
+  auto report = VerifyModelDir(dir);
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->problems.empty()) << ::testing::PrintToString(report->problems);
+}
+
+// verify makes every check opening the model makes, so it never calls intact what run refuses.
+TEST(Format, VerifyRefusesWhatOpeningRefuses) {
+  std::string dir = FreshDir("verify_open");
+  WriteTinyModel(dir);
+  const std::string ipath = JoinPath(dir, kExpertIndexName);
+  const std::string mpath = JoinPath(dir, kManifestName);
+  const std::string good_index = *ReadFileToString(ipath);
+  const std::string good_manifest = *ReadFileToString(mpath);
+  ASSERT_TRUE(WriteFileAtomic(ipath, "this is not JSON").ok());
+  Resign(dir, kExpertIndexName);
+  ExpectRefused(dir, "malformed JSON");
+
+  // One layer fewer in the config (with as many layer types) than the weights have.
+  ASSERT_TRUE(WriteFileAtomic(ipath, good_index).ok());
+  ASSERT_TRUE(WriteFileAtomic(mpath, good_manifest).ok());
+  Json m = Json::parse(good_manifest);
+  m["config"]["num_layers"] = 1;
+  m["config"]["layer_types"] = {"full_attention"};
+  ASSERT_TRUE(WriteFileAtomic(mpath, m.dump()).ok());
+  ExpectRefused(dir, "expert index has 2 layers");
+
+  // A caller's own open check (`redwing verify` passes run's) is the first problem.
+  ASSERT_TRUE(WriteFileAtomic(mpath, good_manifest).ok());
+  auto report = VerifyModelDir(dir, {}, [](const std::string& d) {
+    return Status(ErrorCode::kCorrupt, d + ": tokenizer.json: malformed JSON");
+  });
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->problems.size(), 1u) << ::testing::PrintToString(report->problems);
+  EXPECT_NE(report->problems[0].find("tokenizer.json: malformed JSON"), std::string::npos);
+}
+
+// Model JSON files are read with a size limit: a huge or NUL-padded file is a clear error,
+// without reading it into memory.
+TEST(Format, OversizedJsonFilesAreRefusedUnread) {
+  std::string dir = FreshDir("oversized");
+  WriteTinyModel(dir);
+  const std::string mpath = JoinPath(dir, kManifestName);
+  const std::string good = *ReadFileToString(mpath);
+  // Sparse files: no disk space, and the test would need 20 GB of memory if they were read.
+  for (uint64_t size : {uint64_t{20} << 30, uint64_t{2} << 30}) {
+    SCOPED_TRACE(size);
+    ASSERT_TRUE(WriteFileAtomic(mpath, good).ok());
+    std::filesystem::resize_file(mpath, size);  // the valid manifest, then NULs
+    auto m = ModelDir::Open(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find(
+                  fmt::format("{} bytes, more than the {} bytes", size, kMaxManifestBytes)),
+              std::string::npos)
+        << m.status().message();
+    EXPECT_FALSE(VerifyModelDir(dir).ok());
+  }
+  ASSERT_TRUE(WriteFileAtomic(mpath, good).ok());
+  const std::string ipath = JoinPath(dir, kExpertIndexName);
+  std::filesystem::resize_file(ipath, uint64_t{1} << 30);
+  Json m = Json::parse(good);
+  m["files"][kExpertIndexName]["size"] = uint64_t{1} << 30;  // sized as listed, not hashed
+  ASSERT_TRUE(WriteFileAtomic(mpath, m.dump()).ok());
+  auto r = ModelDir::Open(dir);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than the"), std::string::npos) << r.status().message();
+  EXPECT_EQ(ReadFileToString(ipath, 4096).status().code(), ErrorCode::kCorrupt);
+}
+
+// Every config field is range-checked at parse time, as a 64-bit value before it is narrowed,
+// and the error names the field.
+TEST(Format, HostileConfigValuesNameTheField) {
+  std::string dir = FreshDir("hostile_config");
+  WriteTinyModel(dir);
+  std::string mpath = JoinPath(dir, kManifestName);
+  const Json base = Json::parse(*ReadFileToString(mpath));
+  const ModelConfig good = TinyConfig();
+  auto expect_error = [&](const std::string& field, const Json& value) {
+    SCOPED_TRACE(field + " = " + value.dump());
+    Json j = base;
+    Json* at = &j["config"];
+    std::string leaf = field;
+    if (size_t dot = field.find('.'); dot != std::string::npos) {
+      at = &j["config"][field.substr(0, dot)];
+      leaf = field.substr(dot + 1);
+    }
+    (*at)[leaf] = value;
+    auto c = ModelConfig::FromJson(j["config"], "config");
+    ASSERT_FALSE(c.ok()) << "accepted";
+    EXPECT_NE(c.status().message().find(leaf + "'"), std::string::npos) << c.status().message();
+    ASSERT_TRUE(WriteFileAtomic(mpath, j.dump()).ok());
+    auto m = ModelDir::Open(dir);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find(leaf), std::string::npos) << m.status().message();
+  };
+  const int64_t two31 = int64_t{1} << 31, two32 = int64_t{1} << 32;
+  expect_error("pad_token_id", two31);  // wrapped to INT_MIN
+  expect_error("pad_token_id", good.vocab_size);
+  expect_error("pad_token_id", -1);
+  expect_error("bos_token_id", two32 + 2);  // would become 2
+  expect_error("eos_token_ids", Json::array({1, two32 + 1}));
+  expect_error("eos_token_ids", Json::array({good.vocab_size}));
+  expect_error("full.head_dim", two32 + 32);  // became 32
+  expect_error("sliding.head_dim", 15);
+  expect_error("sliding.num_kv_heads", two32 + 1);
+  expect_error("vocab_size", two31);
+  expect_error("hidden_size", uint64_t{1} << 63);  // beyond int64
+  expect_error("num_layers", -2);
+  expect_error("num_experts", two32 + 3);
+  expect_error("top_k", 4);  // of 3 experts
+  expect_error("moe_intermediate_size", 0);
+  expect_error("intermediate_size", 0);
+  expect_error("sliding_window", 0);
+  expect_error("max_position_embeddings", two31 - 1);
+  expect_error("rms_norm_eps", -1e-6);
+  expect_error("rms_norm_eps", 0);
+  expect_error("final_logit_softcapping", 0);
+  expect_error("final_logit_softcapping", -30);
+  expect_error("embed_scale", 1e300);
+  expect_error("full.rope_theta", -1);
+  expect_error("full.partial_rotary_factor", 1.5);
+  // enable_moe false, on a model whose manifest lists experts and whose config still has them.
+  expect_error("enable_moe", false);
+  Json j = base;
+  j["config"]["enable_moe"] = false;
+  j["config"]["num_experts"] = 0;
+  j["config"]["top_k"] = 0;
+  j["config"]["moe_intermediate_size"] = 0;
+  ASSERT_TRUE(WriteFileAtomic(mpath, j.dump()).ok());
+  auto m = ModelDir::Open(dir);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("enable_moe false"), std::string::npos)
+      << m.status().message();
+  // No softcapping is spelled null, and round-trips.
+  ModelConfig none = good;
+  none.final_logit_softcapping = 0;
+  EXPECT_TRUE(none.ToJson()["final_logit_softcapping"].is_null());
+  auto back = ModelConfig::FromJson(none.ToJson(), "config");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->final_logit_softcapping, 0.0);
+  ASSERT_TRUE(WriteFileAtomic(mpath, base.dump()).ok());
+  EXPECT_TRUE(ModelDir::Open(dir).ok());
+}
+
+TEST(Format, HostileHfConfigValuesNameTheField) {
+  const Json base = {{"model_type", "gemma4_text"},
+                     {"vocab_size", 512},
+                     {"hidden_size", 64},
+                     {"num_hidden_layers", 2},
+                     {"num_attention_heads", 4},
+                     {"num_key_value_heads", 2},
+                     {"head_dim", 16},
+                     {"intermediate_size", 48},
+                     {"final_logit_softcapping", 30.0}};
+  ASSERT_TRUE(ModelConfigFromHf(base, "bfloat16", "config.json").ok());
+  for (auto [key, value] :
+       std::vector<std::pair<std::string, Json>>{{"head_dim", (int64_t{1} << 32) + 32},
+                                                 {"global_head_dim", (int64_t{1} << 32) + 32},
+                                                 {"pad_token_id", int64_t{1} << 31},
+                                                 {"eos_token_id", (int64_t{1} << 32) + 1},
+                                                 {"num_hidden_layers", (int64_t{1} << 32) + 2},
+                                                 {"final_logit_softcapping", 0},
+                                                 {"rms_norm_eps", -1e-6}}) {
+    SCOPED_TRACE(key);
+    Json j = base;
+    j[key] = value;
+    auto c = ModelConfigFromHf(j, "bfloat16", "config.json");
+    ASSERT_FALSE(c.ok()) << "accepted";
+    EXPECT_NE(c.status().message().find("'" + key + "'"), std::string::npos)
+        << c.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace rw

@@ -746,6 +746,150 @@ TEST_F(InstallHub, ProgressIsOneUpdatingLineOnATerminal) {
   ExpectSameModel(out_, s.mlx_ref);
 }
 
+// The mlx fixture with a tokenizer.json of `tokenizer_bytes` (hard links to the rest), for
+// tests that need a side file large next to the model.
+std::string SourceWithBigTokenizer(const std::string& dir, uint64_t tokenizer_bytes) {
+  const Sources& s = Fixtures();
+  (void)RemoveAll(dir);
+  EXPECT_TRUE(MakeDirectories(dir).ok());
+  for (const auto& e : std::filesystem::directory_iterator(s.mlx)) {
+    const std::string name = e.path().filename().string();
+    if (name != "tokenizer.json") std::filesystem::create_hard_link(e.path(), dir + "/" + name);
+  }
+  std::string text = "{\"version\": \"1.0\", \"padding\": \"";
+  text += std::string(tokenizer_bytes - text.size() - 3, 'x') + "\"}\n";
+  EXPECT_TRUE(WriteFileAtomic(dir + "/tokenizer.json", text).ok());
+  return dir;
+}
+
+// The "the install needs N bytes" of a free-space refusal (0 when there is none).
+uint64_t NeededBytes(const std::string& log) {
+  const std::string key = "the install needs ";
+  size_t at = log.find(key);
+  return at == std::string::npos ? 0 : std::strtoull(log.c_str() + at + key.size(), nullptr, 10);
+}
+
+// Two installs into one output at once: the second is refused at once, naming the first's pid,
+// and its --discard-partial does not delete the running install's files.
+TEST_F(InstallHub, SecondInstallIntoTheSameOutputIsRefusedWhileOneRuns) {
+  const Sources& s = Fixtures();
+  hub_.Start(s.mlx, base_);
+  hub_.Throttle(100'000);  // the first install takes several seconds
+  const pid_t first = Spawn(Args({"--segment-size", "32K"}), HubEnv(), log_);
+  ASSERT_TRUE(WaitForPath(out_ + ".installing/install.journal", 60)) << *ReadFileToString(log_);
+  const std::string second_log = base_ + "/second.log";
+  for (std::vector<std::string> extra :
+       {std::vector<std::string>{}, {"--resume"}, {"--discard-partial"}, {"--force"}}) {
+    SCOPED_TRACE(extra.empty() ? "(no flag)" : extra[0]);
+    EXPECT_EQ(Wait(Spawn(Args(extra), HubEnv(), second_log), 30), 1);
+    const std::string log = *ReadFileToString(second_log);
+    EXPECT_NE(log.find("another install into " + out_ + " is running (pid " +
+                       std::to_string(first) + ")"),
+              std::string::npos)
+        << log;
+    int status;
+    ASSERT_EQ(::waitpid(first, &status, WNOHANG), 0) << "the first install already ended";
+    EXPECT_TRUE(PathExists(out_ + ".installing/install.journal")) << "the running install's "
+                                                                     "files were removed";
+  }
+  hub_.Throttle(0);
+  ASSERT_EQ(Wait(first), 0) << *ReadFileToString(log_);
+  ExpectSameModel(out_, s.mlx_ref);
+  EXPECT_FALSE(PathExists(out_ + ".installing.lock"));  // removed by its holder
+  // A lock left by a killed install (its file, with a dead pid) does not block the next one.
+  ASSERT_TRUE(WriteFileAtomic(out_ + ".installing.lock", "999999999\n").ok());
+  std::string log;
+  ASSERT_EQ(Run({"--force"}, &log), 0) << log;
+}
+
+// A resume after a stop asks for the space still needed: the side files fetched before the stop
+// (tokenizer.json is tens of MB) are on disk already, like the shards' bytes.
+TEST_F(InstallHub, ResumeDoesNotAskSpaceForSideFilesAlreadyFetched) {
+  const Sources& s = Fixtures();
+  const uint64_t kTokenizer = 4'000'000;  // more than the whole model
+  const std::string src = SourceWithBigTokenizer(base_ + "/src", kTokenizer);
+  hub_.Start(src, base_);
+  std::vector<std::string> shards = Shards(s.mlx);
+  ASSERT_GE(shards.size(), 3u);
+  hub_.Faults(Json::array(
+      {{{"kind", "corrupt"}, {"count", -1}, {"path", shards[2]}, {"min_offset", 100000}}}));
+  std::string log;
+  // Stops at the corrupt shard, with every side file fetched.
+  EXPECT_EQ(Run({"--connections", "1", "--segment-size", "64K"}, &log), 1) << log;
+  ASSERT_TRUE(PathExists(out_ + ".installing/tokenizer.json")) << log;
+
+  Env tight = HubEnv();
+  tight.push_back({"REDWING_INSTALL_ASSUME_FREE_BYTES", "1"});
+  ASSERT_EQ(Wait(Spawn({REDWING_BINARY, "install", kRepo, "--output", base_ + "/fresh"}, tight,
+                       base_ + "/fresh.log")),
+            1);
+  const uint64_t fresh = NeededBytes(*ReadFileToString(base_ + "/fresh.log"));
+  ASSERT_GT(fresh, kTokenizer) << *ReadFileToString(base_ + "/fresh.log");
+  EXPECT_EQ(Run({"--resume"}, &log, &tight), 1) << log;
+  const uint64_t resume = NeededBytes(log);
+  ASSERT_GT(resume, 0u) << log;
+  EXPECT_LE(resume + kTokenizer, fresh)
+      << "the resume asks for the already fetched tokenizer.json again: " << log;
+
+  // Exactly what it asked for is enough.
+  hub_.Faults(Json::array());
+  Env enough = HubEnv();
+  enough.push_back({"REDWING_INSTALL_ASSUME_FREE_BYTES", std::to_string(resume)});
+  ASSERT_EQ(Run({"--resume"}, &log, &enough), 0) << log;
+  EXPECT_TRUE(ModelDir::Open(out_).ok());
+}
+
+// Progress moves by bytes received: while a side file that is one range request downloads, and
+// while a shard's only segment is in flight.
+TEST_F(InstallHub, ProgressAdvancesAsBytesArrive) {
+  const Sources& s = Fixtures();
+  const uint64_t kTokenizer = 600'000;
+  const std::string src = SourceWithBigTokenizer(base_ + "/src", kTokenizer);
+  hub_.Start(src, base_);
+  hub_.Throttle(500'000);
+  std::string log;
+  ASSERT_EQ(
+      Run({"--connections", "1", "--segment-size", "64M", "--progress-interval", "0.05"}, &log), 0)
+      << log;
+  uint64_t side = 0;  // fetched before any shard
+  for (const std::string& name : SideFileNames())
+    if (PathExists(src + "/" + name)) side += std::filesystem::file_size(src + "/" + name);
+  // With one connection and segments larger than any shard, shards come one after the other,
+  // each as a single range request: the largest one leaves the widest window.
+  uint64_t before = side, largest = 0, largest_at = 0;
+  for (const std::string& shard : Shards(src)) {
+    const uint64_t size = std::filesystem::file_size(src + "/" + shard);
+    if (size > largest) {
+      largest = size;
+      largest_at = before;
+    }
+    before += size;
+  }
+  ASSERT_GT(largest, 300'000u);  // wider than the 0.1 MB steps of the progress line
+  // "install: 123 kB / 2.2 MB (5.6%) ..." lines, in bytes.
+  std::vector<double> done;
+  for (size_t at = log.find("install: "); at != std::string::npos;
+       at = log.find("install: ", at + 1)) {
+    char unit[8] = {};
+    double v = 0;
+    if (std::sscanf(log.c_str() + at, "install: %lf %7s", &v, unit) != 2) continue;
+    done.push_back(v * (std::string(unit) == "MB" ? 1e6 : std::string(unit) == "GB" ? 1e9 : 1e3));
+  }
+  ASSERT_GE(done.size(), 5u) << log;
+  for (size_t i = 1; i < done.size(); ++i) EXPECT_GE(done[i], done[i - 1]) << log;
+  auto shown_within = [&](double lo, double hi) {
+    for (double d : done)
+      if (d > lo && d < hi) return true;
+    return false;
+  };
+  // Margins of a throttled chunk (64 KiB) and of the kB rounding.
+  EXPECT_TRUE(shown_within(70e3, kTokenizer - 70e3)) << "nothing while tokenizer.json came\n"
+                                                     << log;
+  EXPECT_TRUE(shown_within(largest_at + 70e3, largest_at + largest - 70e3))
+      << "nothing while a shard's only segment came (" << largest_at << " + " << largest << ")\n"
+      << log;
+}
+
 #else  // REDWING_INSTALL_SLOW
 
 // A multi-hundred-MB MLX checkpoint (about 0.7 GB, in 4 shards): memory stays at the buffer

@@ -1,7 +1,7 @@
 // Unit tests of the installer's building blocks: the resumable SHA-256 (against base/hash.h,
 // with its state saved and restored at arbitrary points), the journal (torn and damaged tails are
 // dropped, appends continue cleanly), the HTTP header parsers, git blob ids and content checks
-// of Hub files, and the free-space check.
+// of Hub files, the free-space check, and the install lock.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,6 +10,7 @@
 #include "base/hash.h"
 #include "install/hub_api.h"
 #include "install/hub_http.h"
+#include "install/install_lock.h"
 #include "install/installer.h"
 #include "install/journal.h"
 #include "install/journal_sha256.h"
@@ -195,6 +196,33 @@ TEST(Installer, CheckFreeSpace) {
       << st.message();
   EXPECT_NE(st.message().find("only 2000000000 bytes (2.00 GB) are available"), std::string::npos)
       << st.message();
+}
+
+// flock(2) locks belong to open files, so a second Acquire in this process conflicts with the
+// first just as another process's would (install_hub_test runs two real installs).
+TEST(InstallLock, OneHolderAtATimeNamedByPid) {
+  const std::string path = ::testing::TempDir() + "rw_install_lock_" + std::to_string(::getpid());
+  (void)RemoveAll(path);
+  {
+    auto a = InstallLock::Acquire(path, "/models/x");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ(*ReadFileToString(path), std::to_string(::getpid()) + "\n");
+    auto b = InstallLock::Acquire(path, "/models/x");
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), ErrorCode::kAlreadyExists);
+    EXPECT_NE(b.status().message().find("another install into /models/x is running (pid " +
+                                        std::to_string(::getpid()) + ")"),
+              std::string::npos)
+        << b.status().message();
+    InstallLock moved = std::move(*a);  // still held
+    EXPECT_FALSE(InstallLock::Acquire(path, "/models/x").ok());
+  }
+  EXPECT_FALSE(PathExists(path));  // the holder removes it
+  // A stale file (its holder killed: the kernel dropped the lock) is taken over.
+  ASSERT_TRUE(WriteFileAtomic(path, "12345\n").ok());
+  auto c = InstallLock::Acquire(path, "/models/x");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*ReadFileToString(path), std::to_string(::getpid()) + "\n");
 }
 
 }  // namespace

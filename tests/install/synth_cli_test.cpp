@@ -86,5 +86,24 @@ TEST(SynthCli, MlxThroughConvertCli) {
   ASSERT_EQ(RunCli("verify " + tmp.Sub("m"), &out), 0) << out;
 }
 
+// Progress lines count against the model being written: with --vocab the embedding is larger
+// than the geometry's, and the total must say so ("0.02 GiB / 0.00 GiB" before).
+TEST(SynthCli, ProgressTotalCoversTheVocabulary) {
+  TempDir tmp;
+  std::string out;
+  ASSERT_EQ(RunCli("synth --geometry tiny --seed 2 --vocab 262144 --out " + tmp.Sub("m"), &out), 0)
+      << out;
+  int lines = 0;
+  for (size_t at = out.find(" GiB / "); at != std::string::npos; at = out.find(" GiB / ", at + 1)) {
+    const size_t start = out.rfind(']', at) + 1;
+    double done = 0, total = 0;
+    ASSERT_EQ(std::sscanf(out.c_str() + start, " %lf GiB / %lf GiB", &done, &total), 2) << out;
+    EXPECT_GT(total, 0.0) << out;
+    EXPECT_LE(done, total) << out;
+    ++lines;
+  }
+  EXPECT_GE(lines, 1) << out;
+}
+
 }  // namespace
 }  // namespace rw

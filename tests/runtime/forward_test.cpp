@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/file.h"
+#include "base/json.h"
 #include "runtime/forward.h"
 #include "runtime/reference_forward.h"
 #include "runtime/tiny_model_builder.h"
@@ -219,6 +221,27 @@ TEST(ExpertThreadsTest, EveryThreadCountGivesTheSameBits) {
           << "chunk " << chunk << ", " << threads << " threads";
     }
   }
+}
+
+// A config that claims fewer layers than the weights hold would run as a truncated model: opening
+// refuses it, naming a tensor of the layer the config lacks (dense, so no expert index can tell).
+TEST(ModelOpenTest, RefusesWeightsOfLayersTheConfigLacks) {
+  TinySpec s = Typed({TensorType::kBf16});
+  s.moe = false;
+  const std::string dir = test::TestTempDir("fwd_layers") + "/model";
+  test::BuildTinyModel(s, dir);
+  ASSERT_TRUE(RuntimeModel::Open(dir).ok());
+  const std::string mpath = dir + "/manifest.json";
+  Json m = Json::parse(*ReadFileToString(mpath));
+  m["config"]["num_layers"] = 2;
+  m["config"]["layer_types"] =
+      Json::array({m["config"]["layer_types"][0], m["config"]["layer_types"][1]});
+  ASSERT_TRUE(WriteFileAtomic(mpath, m.dump()).ok());
+  auto model = RuntimeModel::Open(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("belongs to layer 2, but the config has 2 layers"),
+            std::string::npos)
+      << model.status().message();
 }
 
 }  // namespace
