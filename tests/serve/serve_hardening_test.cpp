@@ -41,10 +41,10 @@ int Count(const std::vector<int32_t>& ids, int32_t id) {
 // `redwing run ... --print-prompt-ids`: the prompt ids it printed first.
 std::vector<int32_t> RunPromptIds(const std::string& args) {
   int rc = 0;
-  const std::string out =
-      test::ShellOut(std::string(REDWING_BINARY) + " run --model '" + Model().model_dir + "' " +
-                         args + " --print-prompt-ids --max-new 1 --temperature 0 --quiet 2>&1",
-                     &rc);
+  const std::string out = test::ShellOut(
+      std::string(REDWING_BINARY) + " run --model '" + Model().model_dir + "' " + args +
+          " --print-prompt-ids --max-new 1 --temperature 0 --quiet 2>/dev/null",
+      &rc);
   EXPECT_EQ(rc, 0) << out;
   std::vector<int32_t> ids;
   try {
@@ -147,7 +147,7 @@ void ExpectPrivateCache(int port, const std::vector<std::string>& a_auth,
 TEST(ServeHardening, PromptCacheIsPrivateToEachClient) {
   REQUIRE_GEMMA_TINY_MODEL();
   {
-    ServerProcess server(Model().model_dir, {});  // no key: each connection is a client
+    ServerProcess server(Model().model_dir, {}, "nokey");  // no key: a connection is a client
     REQUIRE_SERVER(server);
     ExpectPrivateCache(server.port(), {}, {}, false);
   }
@@ -218,15 +218,16 @@ TEST(ServeHardening, CorsAllowsLoopbackOriginsAndTheOwnPageOnly) {
   EXPECT_EQ(rebound.status, 403);
 
   // --cors-origin widens it; with a key, no warning.
-  ServerProcess wider(Model().model_dir, {"--host", "0.0.0.0", "--api-key", "k", "--cors-origin",
-                                          "https://app.example"});
+  ServerProcess wider(
+      Model().model_dir,
+      {"--host", "0.0.0.0", "--api-key", "k", "--cors-origin", "https://app.example"}, "wider");
   REQUIRE_SERVER(wider);
-  EXPECT_EQ(wider.Log().find("warning"), std::string::npos) << wider.Log();
+  EXPECT_EQ(wider.Log().find("without an API key"), std::string::npos) << wider.Log();
   EXPECT_EQ(Preflight(wider.port(), "https://app.example").headers["access-control-allow-origin"],
             "https://app.example");
   EXPECT_EQ(Preflight(wider.port(), "https://other.example").status, 403);
   EXPECT_EQ(Preflight(wider.port(), "http://localhost:1").status, 204);
-  ServerProcess any(Model().model_dir, {"--cors-origin", "*"});
+  ServerProcess any(Model().model_dir, {"--cors-origin", "*"}, "any");
   REQUIRE_SERVER(any);
   HttpResponse r = Preflight(any.port(), "https://evil.example");
   EXPECT_EQ(r.status, 204);
@@ -342,7 +343,7 @@ TEST(ServeHardening, HeadBearerFaviconAndIpv6Address) {
   EXPECT_EQ(icon.body.rfind("<svg", 0), 0u);
   EXPECT_NE(c.Request("GET", "/").body.find("href=\"/favicon.ico\""), std::string::npos);
 
-  ServerProcess v6(Model().model_dir, {"--host", "::1"});
+  ServerProcess v6(Model().model_dir, {"--host", "::1"}, "v6");
   if (!v6.error().empty() && v6.Log().find("cannot listen") != std::string::npos)
     GTEST_SKIP() << "no IPv6 loopback here: " << v6.Log();
   REQUIRE_SERVER(v6);

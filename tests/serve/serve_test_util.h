@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -39,14 +40,17 @@ inline std::string ServeTempPath(const std::string& name) {
   return root + "/" + name + "." + std::to_string(getpid());
 }
 
-// `redwing serve` on 127.0.0.1 with --port 0; the port is read from its "listening on" line.
+// `redwing serve` on 127.0.0.1 (or the --host in extra) with --port 0; the port is read from
+// its "listening on" line.
 class ServerProcess {
  public:
   ServerProcess(const std::string& model_dir, const std::vector<std::string>& extra,
                 const std::string& tag = "server") {
     log_path_ = ServeTempPath(tag + ".log");
-    std::vector<std::string> argv = {REDWING_BINARY, "serve",     "--model", model_dir,
-                                     "--host",       "127.0.0.1", "--port",  "0"};
+    std::vector<std::string> argv = {REDWING_BINARY, "serve", "--model", model_dir, "--port", "0"};
+    // 127.0.0.1 unless the test listens elsewhere.
+    if (std::find(extra.begin(), extra.end(), "--host") == extra.end())
+      argv.insert(argv.end(), {"--host", "127.0.0.1"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ == 0) {
