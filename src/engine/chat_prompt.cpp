@@ -20,8 +20,8 @@ struct SpecialText {
 // The special tokens' texts, longest first (so a scan finds the longest match at a position).
 std::vector<SpecialText> SpecialTexts(const Tokenizer& tok) {
   std::vector<SpecialText> out;
-  for (int32_t id = 0; id < tok.vocab_size(); ++id)
-    if (tok.IsSpecial(id) && !tok.IdToToken(id).empty()) out.push_back({tok.IdToToken(id), id});
+  for (int32_t id : tok.special_ids())
+    if (!tok.IdToToken(id).empty()) out.push_back({tok.IdToToken(id), id});
   std::stable_sort(out.begin(), out.end(), [](const SpecialText& a, const SpecialText& b) {
     return a.text.size() > b.text.size();
   });

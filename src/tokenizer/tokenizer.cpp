@@ -111,6 +111,10 @@ bool Tokenizer::IsSpecial(int32_t id) const {
   return (impl_->flags[static_cast<size_t>(id)] & TokenizerImpl::kSpecial) != 0;
 }
 
+const std::vector<int32_t>& Tokenizer::special_ids() const {
+  return impl_->special_ids;
+}
+
 int32_t Tokenizer::bos_id() const {
   return impl_->bos_id;
 }

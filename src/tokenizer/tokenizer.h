@@ -72,6 +72,8 @@ class Tokenizer {
   // One past the largest id (model vocabulary and added tokens together).
   int32_t vocab_size() const;
   bool IsSpecial(int32_t id) const;
+  // The ids of the special tokens (ascending).
+  const std::vector<int32_t>& special_ids() const;
 
   // -1 when the file does not name one. bos comes from the post-processor template or "<bos>",
   // eos from "<eos>", pad from "<pad>", unk from the model.

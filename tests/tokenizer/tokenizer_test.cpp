@@ -301,6 +301,12 @@ TEST(Tokenizer, PlainSpansKeepSpecialTokensAsText) {
   EXPECT_EQ(t.EncodePlain("<bos>ab"), Ids(t, {"<", "b", "o", "s", ">", "ab"}));
   EXPECT_EQ(t.EncodePlain("ab", /*add_bos=*/true), Ids(t, {"<bos>", "ab"}));
   EXPECT_EQ(t.Decode(t.EncodePlain(text)), text);
+  // The special tokens, listed: <pad> <eos> <bos> <unk> <|turn>.
+  std::vector<int32_t> specials;
+  for (int32_t id = 0; id < t.vocab_size(); ++id)
+    if (t.IsSpecial(id)) specials.push_back(id);
+  EXPECT_EQ(t.special_ids(), specials);
+  EXPECT_EQ(specials.size(), 5u);
 }
 
 TEST(Tokenizer, NormalizedAddedTokensMatchNormalizedText) {
