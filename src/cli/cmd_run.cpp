@@ -50,7 +50,9 @@ int Run(const Args& args) {
               "Generates an answer and streams it to stdout; statistics go to stderr.\n"
               "  --chat-prompt: one user message in the model's chat format (with --system)\n"
               "  --messages-file: an OpenAI-style messages array\n"
-              "  --prompt: raw completion of <bos> + text\n"
+              "    (message text stays text: '<turn|>' in it is not a control token)\n"
+              "  --prompt: raw completion of <bos> + text (special-token text such as\n"
+              "    '<turn|>' becomes control tokens)\n"
               "  --prompt-ids: raw completion of the given token ids");
   AddEngineFlags(flags);
   flags.String("chat-prompt", "", "a user message, sent in the chat format");

@@ -38,11 +38,18 @@ int Serve(const Args& args) {
   AddEngineFlags(flags);
   flags.String("host", "127.0.0.1", "address to listen on");
   flags.Int("port", 8080, "TCP port (0: any free port; the chosen one is printed)");
-  flags.String("api-key", "",
-               "require 'Authorization: Bearer <key>' on /v1 (default: $REDWING_API_KEY)");
+  flags.StringList("api-key",
+                   "require 'Authorization: Bearer <key>' on /v1; repeat for several keys, each "
+                   "its own client of the prompt cache (default: $REDWING_API_KEY)");
+  flags.StringList("cors-origin",
+                   "an origin (e.g. https://app.example) whose pages may call the API from a "
+                   "browser, besides loopback origins and the server's own page; repeatable; "
+                   "'*' allows any");
   flags.String("model-id", "gemma-4-26b-a4b-it", "the model name the API reports");
   flags.Int("max-queue", 8, "requests that may wait behind the running one (beyond: 503)");
   flags.Int("max-connections", 64, "open connections at once (beyond: 503 and close)");
+  flags.Int("max-connections-per-ip", 32,
+            "open connections from one client address (beyond: 429 and close; 0: no limit)");
   flags.String("max-body", "4M", "largest request body (413 beyond)");
   flags.Int("max-messages", 1024, "most messages in one chat request");
   flags.Double("header-timeout", 10, "seconds a client has to send a request's headers");
@@ -72,16 +79,21 @@ int Serve(const Args& args) {
     return ReportError("serve",
                        Error(ErrorCode::kInvalidArgument, "--port must be 0..65535, not {}", port));
   o.http.port = static_cast<int>(port);
-  o.api_key = flags.GetString("api-key");
-  if (!flags.IsSet("api-key")) {
+  o.api_keys = flags.GetList("api-key");
+  if (o.api_keys.empty()) {
     const char* env = std::getenv("REDWING_API_KEY");
-    if (env != nullptr) o.api_key = env;
+    if (env != nullptr && *env != '\0') o.api_keys.push_back(env);
   }
+  for (const std::string& k : o.api_keys)
+    if (k.empty())
+      return ReportError("serve", Status(ErrorCode::kInvalidArgument, "--api-key is empty"));
+  o.cors_origins = flags.GetList("cors-origin");
   o.model_id = flags.GetString("model-id");
   if (o.model_id.empty())
     return ReportError("serve", Status(ErrorCode::kInvalidArgument, "--model-id is empty"));
   const long long max_queue = flags.GetInt("max-queue");
   const long long max_conn = flags.GetInt("max-connections");
+  const long long max_per_ip = flags.GetInt("max-connections-per-ip");
   const long long max_messages = flags.GetInt("max-messages");
   if (max_queue < 0 || max_queue > 100000)
     return ReportError("serve", Error(ErrorCode::kInvalidArgument,
@@ -89,11 +101,16 @@ int Serve(const Args& args) {
   if (max_conn < 1 || max_conn > 10000)
     return ReportError("serve", Error(ErrorCode::kInvalidArgument,
                                       "--max-connections must be 1..10000, not {}", max_conn));
+  if (max_per_ip < 0 || max_per_ip > 10000)
+    return ReportError("serve",
+                       Error(ErrorCode::kInvalidArgument,
+                             "--max-connections-per-ip must be 0..10000, not {}", max_per_ip));
   if (max_messages < 1 || max_messages > 1000000)
     return ReportError("serve", Error(ErrorCode::kInvalidArgument,
                                       "--max-messages must be 1..1000000, not {}", max_messages));
   o.loop.max_queue = static_cast<int>(max_queue);
   o.http.max_connections = static_cast<int>(max_conn);
+  o.http.max_connections_per_ip = static_cast<int>(max_per_ip);
   o.request_limits.max_messages = static_cast<int>(max_messages);
   auto body = ParseByteSize(flags.GetString("max-body"), "--max-body");
   if (!body.ok()) return ReportError("serve", body.status());
@@ -145,11 +162,20 @@ int Serve(const Args& args) {
 
   serve::Server server(*engine, o);
   if (Status st = server.Start(); !st.ok()) return ReportError("serve", st);
+  // An IPv6 address goes in brackets in a URL.
+  const std::string& host = o.http.host;
+  const std::string url_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   std::fprintf(stderr,
                "redwing serve: listening on http://%s:%d (model '%s', context %lld tokens%s)\n",
-               o.http.host.c_str(), server.port(), o.model_id.c_str(),
+               url_host.c_str(), server.port(), o.model_id.c_str(),
                static_cast<long long>((*engine)->max_context()),
-               o.api_key.empty() ? ", no API key" : ", API key required");
+               o.api_keys.empty() ? ", no API key" : ", API key required");
+  const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (!loopback && o.api_keys.empty())
+    std::fprintf(stderr,
+                 "redwing serve: warning: listening on %s without an API key: anyone who can "
+                 "reach this address can use the model (set --api-key)\n",
+                 host.c_str());
   std::fflush(stderr);
   int sig = 0;
   for (;;) {

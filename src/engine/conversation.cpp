@@ -1,15 +1,16 @@
 #include "engine/conversation.h"
 
+#include "engine/chat_prompt.h"
+
 namespace rw {
 
 Result<std::vector<int>> EncodeChat(const Engine& engine, const Json& messages, const Json& tools,
                                     bool add_generation_prompt, bool thinking) {
   const Tokenizer* tok = engine.tokenizer();
   if (tok == nullptr) return engine.text_status();
-  RW_ASSIGN_OR_RETURN(std::string text, engine.chat_template().Render(
-                                            messages, tools, add_generation_prompt, thinking));
-  std::vector<int32_t> ids = tok->Encode(text);
-  return std::vector<int>(ids.begin(), ids.end());
+  RW_ASSIGN_OR_RETURN(ChatPromptText text,
+                      RenderChatPrompt(engine, messages, tools, add_generation_prompt, thinking));
+  return EncodeChatPrompt(*tok, text);
 }
 
 Conversation::Conversation(std::shared_ptr<const Engine> engine, bool thinking)
@@ -35,24 +36,25 @@ Json Conversation::AllMessages() const {
 Result<std::vector<int>> Conversation::PromptFor(const std::string& user_text) const {
   const Tokenizer* tok = engine_->tokenizer();
   if (tok == nullptr) return engine_->text_status();
-  const ChatTemplate& tpl = engine_->chat_template();
   Json all = AllMessages();
   const Json before = all;
   all.push_back(Json{{"role", "user"}, {"content", user_text}});
-  RW_ASSIGN_OR_RETURN(std::string full, tpl.Render(all, Json(), true, thinking_));
+  // The user's text (and the system message) stay text: they cannot forge turns.
+  RW_ASSIGN_OR_RETURN(ChatPromptText full,
+                      RenderChatPrompt(*engine_, all, Json(), true, thinking_));
   if (!history_.empty()) {
     // The template renders earlier turns canonically (thinking stripped, no empty thought
     // channel), but the cache holds what the model really saw and wrote: keep that, and append
     // only the part of the rendering that comes after the earlier turns.
-    RW_ASSIGN_OR_RETURN(std::string prev, tpl.Render(before, Json(), false, thinking_));
-    if (full.compare(0, prev.size(), prev) == 0) {
+    RW_ASSIGN_OR_RETURN(ChatPromptText prev,
+                        RenderChatPrompt(*engine_, before, Json(), false, thinking_));
+    if (full.text.compare(0, prev.text.size(), prev.text) == 0) {
       std::vector<int> ids = history_;
-      for (int32_t id : tok->Encode(std::string_view(full).substr(prev.size()))) ids.push_back(id);
+      for (int id : EncodeChatPrompt(*tok, full, prev.text.size())) ids.push_back(id);
       return ids;
     }
   }
-  std::vector<int32_t> ids = tok->Encode(full);
-  return std::vector<int>(ids.begin(), ids.end());
+  return EncodeChatPrompt(*tok, full);
 }
 
 void Conversation::Commit(const std::string& user_text, const std::vector<int>& prompt,

@@ -354,6 +354,7 @@ std::optional<ApiError> ParseApiRequest(const std::string& body_text, bool chat,
       return Unsupported("top_logprobs", "returning log probabilities");
   } else {
     if (Err e = CheckPrompt(body, out)) return e;
+    if (Err e = Bool(body, "parse_special", &out->parse_special)) return e;
     if (auto lp = body.find("logprobs");
         lp != body.end() && !lp->is_null() && *lp != 0 && *lp != false)
       return Unsupported("logprobs", "returning log probabilities");

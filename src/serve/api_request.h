@@ -48,6 +48,9 @@ struct ApiRequest {
   // completions
   bool prompt_is_ids = false;
   std::string prompt_text;
+  // "parse_special": true: special-token text in prompt_text (e.g. "<turn|>") becomes control
+  // tokens; by default it is plain text.
+  bool parse_special = false;
   std::vector<int> prompt_ids;
   // both
   std::string model;

@@ -1,5 +1,7 @@
 #include "serve/chat_history.h"
 
+#include "engine/chat_prompt.h"
+
 namespace rw::serve {
 
 std::string ContentText(const Json& content) {
@@ -14,8 +16,8 @@ std::string ContentText(const Json& content) {
   return out;
 }
 
-void ChatHistory::Record(const Json& messages, const Json& tools, bool thinking,
-                         std::vector<int> prompt, const GenerateResult& r,
+void ChatHistory::Record(const std::string& client, const Json& messages, const Json& tools,
+                         bool thinking, std::vector<int> prompt, const GenerateResult& r,
                          const std::string& content) {
   std::lock_guard<std::mutex> lock(mu_);
   // An answer cut by a stop string holds ids past what the client got back; a cancelled one
@@ -25,6 +27,7 @@ void ChatHistory::Record(const Json& messages, const Json& tools, bool thinking,
     return;
   }
   have_ = true;
+  client_ = client;
   messages_ = messages;
   tools_ = tools;
   thinking_ = thinking;
@@ -38,7 +41,8 @@ void ChatHistory::Clear() {
   have_ = false;
 }
 
-std::optional<std::vector<int>> ChatHistory::PromptFor(const Engine& engine, const Json& messages,
+std::optional<std::vector<int>> ChatHistory::PromptFor(const std::string& client,
+                                                       const Engine& engine, const Json& messages,
                                                        const Json& tools, bool thinking) const {
   const Tokenizer* tok = engine.tokenizer();
   if (tok == nullptr) return std::nullopt;
@@ -46,7 +50,8 @@ std::optional<std::vector<int>> ChatHistory::PromptFor(const Engine& engine, con
   std::vector<int> ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!have_ || thinking != thinking_ || tools != tools_) return std::nullopt;
+    if (!have_ || client != client_ || thinking != thinking_ || tools != tools_)
+      return std::nullopt;
     const size_t n = messages_.size();
     if (messages.size() < n + 2) return std::nullopt;
     for (size_t i = 0; i < n; ++i)
@@ -59,13 +64,14 @@ std::optional<std::vector<int>> ChatHistory::PromptFor(const Engine& engine, con
     before = Json(messages.begin(), messages.begin() + static_cast<long>(n + 1));
     ids = ids_;
   }
-  const ChatTemplate& tpl = engine.chat_template();
-  auto full = tpl.Render(messages, tools, true, thinking);
-  auto prev = tpl.Render(before, tools, false, thinking);
-  if (!full.ok() || !prev.ok() || full->compare(0, prev->size(), *prev) != 0) return std::nullopt;
+  // The client's strings stay text (RenderChatPrompt): they cannot forge turns.
+  auto full = RenderChatPrompt(engine, messages, tools, true, thinking);
+  auto prev = RenderChatPrompt(engine, before, tools, false, thinking);
+  if (!full.ok() || !prev.ok() || full->text.compare(0, prev->text.size(), prev->text) != 0)
+    return std::nullopt;
   // Close the model's turn as the template does, whether it ended with <turn|> or was cut off.
   for (int32_t id : tok->Encode("<turn|>\n")) ids.push_back(id);
-  for (int32_t id : tok->Encode(std::string_view(*full).substr(prev->size()))) ids.push_back(id);
+  for (int id : EncodeChatPrompt(*tok, *full, prev->text.size())) ids.push_back(id);
   return ids;
 }
 

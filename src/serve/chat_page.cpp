@@ -12,6 +12,7 @@ const std::string& ChatPageHtml() {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>redwing chat</title>
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 <style>
   :root { color-scheme: light dark; --accent: #b3261e; }
   body { font: 15px/1.45 system-ui, sans-serif; margin: 0; display: flex; height: 100vh; }
@@ -101,7 +102,11 @@ async function refreshHealth() {
   } catch (e) { /* the server may be restarting */ }
 }
 
+// A new chat starts a new epoch: an answer still streaming for an older one is not recorded.
+let epoch = 0;
+
 async function send(text) {
+  const myEpoch = epoch;
   conversation.push({role: "user", content: text});
   addMessage("user", text);
   const div = addMessage("assistant", "");
@@ -168,7 +173,12 @@ async function send(text) {
       div.textContent = (answer ? answer + "\n" : "") + "Error: " + e.message;
     }
   } finally {
-    conversation.push({role: "assistant", content: answer});
+    // Only a turn that got an answer stays in the conversation: a failed request (401, ...) or
+    // one stopped before any text must not leave an empty answer to be sent again.
+    if (myEpoch === epoch) {
+      if (answer) conversation.push({role: "assistant", content: answer});
+      else conversation.pop();
+    }
     controller = null;
     setBusy(false);
     refreshHealth();
@@ -190,6 +200,7 @@ $("input").addEventListener("keydown", (ev) => {
 });
 $("stop").addEventListener("click", () => { if (controller) controller.abort(); });
 $("clear").addEventListener("click", () => {
+  epoch++;
   if (controller) controller.abort();
   conversation.length = 0;
   $("log").textContent = "";
@@ -202,6 +213,16 @@ setInterval(refreshHealth, 5000);
 </html>
 )HTML";
   return kPage;
+}
+
+const std::string& FaviconSvg() {
+  // A red wing on a rounded square; small enough to inline.
+  static const std::string kIcon =
+      R"SVG(<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">)SVG"
+      R"SVG(<rect width="32" height="32" rx="7" fill="#b3261e"/>)SVG"
+      R"SVG(<path d="M5 22c6-1 10-5 13-12 1 5 0 9-3 12 4-1 7-4 9-8 1 6-3 11-9 12-4 1-7 )SVG"
+      R"SVG(0-10-4z" fill="#fff"/></svg>)SVG";
+  return kIcon;
 }
 
 }  // namespace rw::serve

@@ -116,7 +116,8 @@ const char* FinishName(const JobResult& r, bool tool_calls) {
 
 }  // namespace
 
-bool Server::HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool chat) {
+bool Server::HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool chat,
+                              const std::string& client) {
   ApiRequest ar;
   if (auto e = ParseApiRequest(req.body, chat, options_.request_limits, options_.defaults, &ar))
     return SendError(conn, &req, *e);
@@ -130,7 +131,7 @@ bool Server::HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool
   }
   std::vector<int> prompt;
   if (chat) {
-    if (auto h = history_.PromptFor(*engine_, ar.messages, ar.tools, ar.thinking)) {
+    if (auto h = history_.PromptFor(client, *engine_, ar.messages, ar.tools, ar.thinking)) {
       prompt = std::move(*h);
     } else {
       auto ids =
@@ -153,7 +154,10 @@ bool Server::HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool
                        "prompt", "invalid_value"));
     prompt = ar.prompt_ids;
   } else {
-    for (int32_t id : tok->Encode(ar.prompt_text, /*add_bos=*/true)) prompt.push_back(id);
+    // Text is text unless the caller asks for special-token text to be parsed.
+    const std::vector<int32_t> ids = ar.parse_special ? tok->Encode(ar.prompt_text, true)
+                                                      : tok->EncodePlain(ar.prompt_text, true);
+    prompt.assign(ids.begin(), ids.end());
   }
   const int64_t n = static_cast<int64_t>(prompt.size());
   if (n >= engine_->max_context()) {
@@ -166,7 +170,7 @@ bool Server::HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool
     return SendError(conn, &req, e);
   }
   ar.gen.stop_ids = engine_->stop_ids();
-  auto job = std::make_shared<Job>(prompt, ar.gen);
+  auto job = std::make_shared<Job>(prompt, ar.gen, client);
   if (!loop_.Submit(job)) {
     ApiError e;
     e.status = 503;
@@ -277,7 +281,8 @@ bool Server::HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool
   if (chat) on_text("", true);  // flush held-back text
   const bool tools = chat && !chat_out.tool_calls.empty();
   const char* finish = FinishName(r, tools);
-  if (chat) history_.Record(ar.messages, ar.tools, ar.thinking, prompt, r.gen, chat_out.content);
+  if (chat)
+    history_.Record(client, ar.messages, ar.tools, ar.thinking, prompt, r.gen, chat_out.content);
 
   if (stream) {
     Json last = chunk(chat ? Json::object() : Json(""), finish);

@@ -203,6 +203,12 @@ JobResult EngineLoop::RunJob(Job& job) {
     out.status = Status(ErrorCode::kCancelled, "cancelled before it started");
     return out;
   }
+  // The cache holds another client's prompt: start afresh, so nothing of it is reused (nor
+  // reported as cached) for this one.
+  if (job.client() != session_client_) {
+    session_->Reset();
+    session_client_ = job.client();
+  }
   const CallStats before_p = session_->prefill_total(), before_d = session_->decode_total();
   const ExpertFigures before_x = ReadExpertFigures(*engine_, 0);
   GenerateCallbacks cb;

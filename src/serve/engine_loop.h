@@ -36,10 +36,13 @@ struct JobResult {
 
 class Job {
  public:
-  Job(std::vector<int> prompt, GenerateOptions options)
-      : prompt_(std::move(prompt)), options_(std::move(options)) {}
+  // client: who asked. The cached prompt of one client is never reused for another, so that
+  // no client can learn from cached_tokens (or timing) what another one sent.
+  Job(std::vector<int> prompt, GenerateOptions options, std::string client = "")
+      : prompt_(std::move(prompt)), options_(std::move(options)), client_(std::move(client)) {}
 
   const std::vector<int>& prompt() const { return prompt_; }
+  const std::string& client() const { return client_; }
   const GenerateOptions& options() const { return options_; }
 
   // HTTP side. A snapshot of what happened since the last call: waits up to timeout_ms for
@@ -68,6 +71,7 @@ class Job {
  private:
   std::vector<int> prompt_;
   GenerateOptions options_;
+  std::string client_;
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -111,6 +115,7 @@ class EngineLoop {
   std::shared_ptr<const Engine> engine_;
   EngineLoopOptions options_;
   std::unique_ptr<Session> session_;
+  std::string session_client_;  // whose prompts the session holds
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;

@@ -89,6 +89,8 @@ const char* HttpReason(int status) {
       return "Bad Request";
     case 401:
       return "Unauthorized";
+    case 403:
+      return "Forbidden";
     case 404:
       return "Not Found";
     case 405:
@@ -101,6 +103,8 @@ const char* HttpReason(int status) {
       return "Payload Too Large";
     case 415:
       return "Unsupported Media Type";
+    case 429:
+      return "Too Many Requests";
     case 431:
       return "Request Header Fields Too Large";
     case 500:
@@ -115,7 +119,12 @@ const char* HttpReason(int status) {
   return "Unknown";
 }
 
-HttpConnection::HttpConnection(int fd, const HttpLimits& limits) : fd_(fd), limits_(limits) {}
+namespace {
+constexpr std::string_view kStatusPrefix = "HTTP/1.1 ";
+}  // namespace
+
+HttpConnection::HttpConnection(int fd, const HttpLimits& limits, std::string peer, uint64_t id)
+    : fd_(fd), limits_(limits), peer_(std::move(peer)), id_(id), started_ns_(MonotonicNanos()) {}
 
 HttpConnection::~HttpConnection() {
   if (fd_ >= 0) ::close(fd_);
@@ -157,14 +166,21 @@ long HttpConnection::ReadMore(int64_t deadline_ns, bool* timed_out) {
 ReadOutcome HttpConnection::ReadRequest(HttpRequest* req) {
   *req = HttpRequest();
   bool timed_out = false;
-  // Idle: wait for the first byte of the next request.
+  prefix_sent_ = 0;
+  responding_ = false;
+  // A new connection has the header timeout from its start for its first request, so silent
+  // connections cannot hold slots for long; a kept-alive one may idle between requests.
+  const bool first = requests_++ == 0;
+  const int64_t header_ns = int64_t{limits_.header_timeout_ms} * 1000000;
   if (in_.empty()) {
-    const long n =
-        ReadMore(MonotonicNanos() + int64_t{limits_.idle_timeout_ms} * 1000000, &timed_out);
+    const int64_t wait_until = first
+                                   ? started_ns_ + header_ns
+                                   : MonotonicNanos() + int64_t{limits_.idle_timeout_ms} * 1000000;
+    const long n = ReadMore(wait_until, &timed_out);
     if (n <= 0) return ReadOutcome{};  // closed, reset or idle too long: close quietly
   }
   // Headers: all of them before the header deadline.
-  const int64_t header_deadline = MonotonicNanos() + int64_t{limits_.header_timeout_ms} * 1000000;
+  const int64_t header_deadline = (first ? started_ns_ : MonotonicNanos()) + header_ns;
   size_t header_end = std::string::npos, body_start = 0;
   for (;;) {
     // Tolerate (and skip) empty lines before the request line, as RFC 9112 allows.
@@ -311,23 +327,26 @@ bool HttpConnection::WriteAll(std::string_view data) {
   return true;
 }
 
-static std::string HeadLines(int status, const HeaderList& headers) {
-  std::string out = fmt::format("HTTP/1.1 {} {}\r\n", status, HttpReason(status));
+std::string HttpConnection::Head(int status, const HeaderList& headers) {
+  std::string out = fmt::format("{}{} {}\r\n", kStatusPrefix, status, HttpReason(status));
   for (const auto& [k, v] : headers) out += k + ": " + v + "\r\n";
+  out.erase(0, prefix_sent_);
+  prefix_sent_ = 0;
+  responding_ = true;
   return out;
 }
 
 bool HttpConnection::Send(int status, const HeaderList& headers, std::string_view body,
-                          bool keep_alive) {
-  std::string out = HeadLines(status, headers);
+                          bool keep_alive, bool head_only) {
+  std::string out = Head(status, headers);
   out += fmt::format("Content-Length: {}\r\nConnection: {}\r\n\r\n", body.size(),
                      keep_alive ? "keep-alive" : "close");
-  out.append(body);
+  if (!head_only) out.append(body);
   return WriteAll(out);
 }
 
 bool HttpConnection::StartChunked(int status, const HeaderList& headers) {
-  std::string out = HeadLines(status, headers);
+  std::string out = Head(status, headers);
   out += "Transfer-Encoding: chunked\r\n\r\n";
   return WriteAll(out);
 }
@@ -348,12 +367,19 @@ bool HttpConnection::PeerGone() {
   if (broken_) return true;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return true;
-  if (p.revents & POLLIN) {
+  if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return true;
+  bool eof = (p.revents & POLLRDHUP) != 0;
+  if (!eof && (p.revents & POLLIN)) {
     char c;
     const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
+    eof = n == 0;
+  }
+  // End of file: a half-close (the request is all sent) or a close. Only a write tells them
+  // apart, so send the start of the response now; a closed socket answers it with a reset.
+  if (eof && !responding_ && prefix_sent_ == 0) {
+    if (!WriteAll(kStatusPrefix)) return true;
+    prefix_sent_ = kStatusPrefix.size();
   }
   return false;
 }

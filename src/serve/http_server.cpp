@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -62,6 +64,32 @@ Status HttpServer::Start(const HttpServerOptions& options, HttpHandler handler,
   return Status::Ok();
 }
 
+namespace {
+
+// The client's address as text, an IPv4-mapped IPv6 address as plain IPv4.
+std::string PeerAddress(const sockaddr_storage& ss) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+  } else if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      inet_ntop(AF_INET, &a.s6_addr[12], buf, sizeof buf);
+    else
+      inet_ntop(AF_INET6, &a, buf, sizeof buf);
+  }
+  return buf;
+}
+
+}  // namespace
+
+void HttpServer::Refuse(int fd, int status, const std::string& message) {
+  HttpLimits quick = options_.limits;
+  quick.write_timeout_ms = 200;
+  HttpConnection conn(fd, quick);
+  if (on_error_) on_error_(conn, status, message);
+}
+
 void HttpServer::AcceptLoop() {
   for (;;) {
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
@@ -71,37 +99,55 @@ void HttpServer::AcceptLoop() {
     }
     if (stopping_ || (p[1].revents & POLLIN)) break;
     if (!(p[0].revents & POLLIN)) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage ss{};
+    socklen_t ss_len = sizeof ss;
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &ss_len, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE) ::usleep(10000);  // out of descriptors: back off
       continue;
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    std::string peer = PeerAddress(ss);
+    // Over a cap: a short answer without reading, then close.
     if (active_.load() >= options_.max_connections) {
-      // Over the connection cap: a short answer without reading, then close.
-      HttpLimits quick = options_.limits;
-      quick.write_timeout_ms = 200;
-      HttpConnection conn(fd, quick);
-      if (on_error_) on_error_(conn, 503, "too many connections; try again later");
+      Refuse(fd, 503, "too many connections; try again later");
+      continue;
+    }
+    uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      int& mine = per_ip_[peer];
+      if (options_.max_connections_per_ip > 0 && mine >= options_.max_connections_per_ip) {
+        id = 0;
+      } else {
+        ++mine;
+        id = next_id_++;
+      }
+    }
+    if (id == 0) {
+      Refuse(fd, 429,
+             fmt::format("too many connections from {} (the limit is {}); try again later", peer,
+                         options_.max_connections_per_ip));
       continue;
     }
     active_.fetch_add(1);
     try {
-      std::thread([this, fd] { Serve(fd); }).detach();
+      std::thread([this, fd, peer, id] { Serve(fd, peer, id); }).detach();
     } catch (const std::system_error&) {  // out of threads: refuse this one
       active_.fetch_sub(1);
-      HttpLimits quick = options_.limits;
-      quick.write_timeout_ms = 200;
-      HttpConnection conn(fd, quick);
-      if (on_error_) on_error_(conn, 503, "the server cannot take more connections now");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (--per_ip_[peer] <= 0) per_ip_.erase(peer);
+      }
+      Refuse(fd, 503, "the server cannot take more connections now");
     }
   }
 }
 
-void HttpServer::Serve(int fd) {
+void HttpServer::Serve(int fd, std::string peer, uint64_t id) {
   {
-    HttpConnection conn(fd, options_.limits);
+    HttpConnection conn(fd, options_.limits, peer, id);
     {
       std::lock_guard<std::mutex> lock(mu_);
       conns_.insert(&conn);
@@ -120,6 +166,7 @@ void HttpServer::Serve(int fd) {
     conns_.erase(&conn);
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (--per_ip_[peer] <= 0) per_ip_.erase(peer);
   active_.fetch_sub(1);
   idle_cv_.notify_all();
 }

@@ -1,11 +1,13 @@
-// The listening socket and its connections: one thread per connection up to max_connections;
-// a connection beyond that is answered 503 at once and closed, so a flood cannot exhaust
-// threads. Each connection serves requests in turn (keep-alive) under HttpLimits.
+// The listening socket and its connections: one thread per connection up to max_connections,
+// and at most max_connections_per_ip from one client address; a connection beyond either is
+// answered (503 or 429) at once and closed, so a flood cannot exhaust threads and one client
+// cannot take every slot. Each connection serves requests in turn (keep-alive) under HttpLimits.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -21,6 +23,7 @@ struct HttpServerOptions {
   int port = 8080;  // 0: an ephemeral port (see HttpServer::port())
   HttpLimits limits;
   int max_connections = 64;
+  int max_connections_per_ip = 32;  // 0: no limit
 };
 
 // Serves one request: writes the whole response on conn. Returns whether the connection may
@@ -44,7 +47,9 @@ class HttpServer {
 
  private:
   void AcceptLoop();
-  void Serve(int fd);
+  void Serve(int fd, std::string peer, uint64_t id);
+  // Answers a connection that is not served at once and closes it.
+  void Refuse(int fd, int status, const std::string& message);
 
   HttpServerOptions options_;
   HttpHandler handler_;
@@ -58,6 +63,8 @@ class HttpServer {
   std::mutex mu_;
   std::condition_variable idle_cv_;
   std::set<HttpConnection*> conns_;
+  std::map<std::string, int> per_ip_;  // open connections by client address (under mu_)
+  uint64_t next_id_ = 1;
 };
 
 }  // namespace rw::serve

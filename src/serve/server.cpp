@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include "base/timer.h"
@@ -37,6 +38,53 @@ std::string UrlDecode(std::string_view s) {
     out += s[i];
   }
   return out;
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+bool AllDigits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// Splits "scheme://host[:port]" (no path); false if it is not of that shape.
+bool SplitOrigin(std::string_view origin, std::string_view* scheme, std::string_view* host,
+                 std::string_view* port) {
+  const size_t sep = origin.find("://");
+  if (sep == std::string_view::npos) return false;
+  *scheme = origin.substr(0, sep);
+  std::string_view rest = origin.substr(sep + 3);
+  if (rest.empty() || rest.find('/') != std::string_view::npos) return false;
+  size_t colon;
+  if (rest[0] == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return false;
+    *host = rest.substr(0, close + 1);
+    colon = close + 1;
+    if (colon < rest.size() && rest[colon] != ':') return false;
+  } else {
+    colon = rest.find(':');
+    *host = rest.substr(0, colon);
+  }
+  *port = colon < rest.size() ? rest.substr(colon + 1) : std::string_view();
+  if (colon < rest.size() && !AllDigits(*port)) return false;
+  return !host->empty();
+}
+
+// An IP address literal (dotted IPv4 or bracketed IPv6): a name that DNS cannot rebind.
+bool IsIpLiteral(std::string_view host) {
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') return true;
+  if (host.empty()) return false;
+  for (char c : host)
+    if (!((c >= '0' && c <= '9') || c == '.')) return false;
+  return true;
 }
 
 ApiError MakeError(int status, std::string message, std::string type, std::string code) {
@@ -75,13 +123,14 @@ Status Server::Start() {
       [this](HttpConnection& conn, int status, const std::string& message) {
         const char* code = status == 408   ? "request_timeout"
                            : status == 413 ? "request_too_large"
+                           : status == 429 ? "too_many_connections"
                            : status == 431 ? "headers_too_large"
                            : status == 503 ? "server_busy"
                                            : "invalid_request";
         ApiError e = MakeError(status, message,
                                status >= 500 ? "server_error" : "invalid_request_error", code);
         HeaderList extra;
-        if (status == 503) extra.emplace_back("Retry-After", "1");
+        if (status == 503 || status == 429) extra.emplace_back("Retry-After", "1");
         SendError(conn, nullptr, e, extra);
       });
 }
@@ -91,9 +140,33 @@ void Server::Stop() {
   loop_.Stop();
 }
 
+bool Server::OriginAllowed(const HttpRequest& req) const {
+  const std::string origin = Lower(req.Header("origin"));
+  if (origin.empty()) return true;  // not a browser's cross-origin call
+  for (const std::string& o : options_.cors_origins) {
+    std::string_view allowed = o;
+    while (allowed.size() > 1 && allowed.back() == '/') allowed.remove_suffix(1);
+    if (allowed == "*" || Lower(allowed) == origin) return true;
+  }
+  std::string_view scheme, host, port;
+  if (!SplitOrigin(origin, &scheme, &host, &port)) return false;
+  if (scheme != "http" && scheme != "https") return false;
+  if (host == "localhost" || host == "127.0.0.1" || host == "[::1]") return true;
+  // The server's own page, opened by an address that DNS cannot rebind to another site (an IP
+  // literal) or by the name it was told to listen on.
+  const std::string own = Lower(req.Header("host"));
+  if (own.empty() || scheme != "http" || std::string_view(origin).substr(7) != own) return false;
+  return IsIpLiteral(host) || host == Lower(options_.http.host);
+}
+
 HeaderList Server::CommonHeaders(const HttpRequest* req) const {
   HeaderList h;
-  h.emplace_back("Access-Control-Allow-Origin", "*");
+  if (req != nullptr && !req->Header("origin").empty() && OriginAllowed(*req)) {
+    const bool any = std::find(options_.cors_origins.begin(), options_.cors_origins.end(), "*") !=
+                     options_.cors_origins.end();
+    h.emplace_back("Access-Control-Allow-Origin", any ? "*" : req->Header("origin"));
+  }
+  h.emplace_back("Vary", "Origin");
   h.emplace_back("Server", "redwing");
   return h;
 }
@@ -103,7 +176,8 @@ bool Server::SendJson(HttpConnection& conn, const HttpRequest& req, int status, 
   HeaderList h = CommonHeaders(&req);
   h.emplace_back("Content-Type", "application/json");
   h.insert(h.end(), extra.begin(), extra.end());
-  conn.Send(status, h, body.dump(-1, ' ', false, Json::error_handler_t::replace), req.keep_alive);
+  conn.Send(status, h, body.dump(-1, ' ', false, Json::error_handler_t::replace), req.keep_alive,
+            req.method == "HEAD");
   return req.keep_alive && !conn.broken();
 }
 
@@ -114,7 +188,7 @@ bool Server::SendError(HttpConnection& conn, const HttpRequest* req, const ApiEr
   h.insert(h.end(), extra.begin(), extra.end());
   // Errors of the connection layer (no request) close; request errors keep the connection.
   const bool keep = req != nullptr && req->keep_alive;
-  conn.Send(e.status, h, ApiErrorBody(e), keep);
+  conn.Send(e.status, h, ApiErrorBody(e), keep, req != nullptr && req->method == "HEAD");
   return keep && !conn.broken();
 }
 
@@ -149,9 +223,19 @@ bool Server::Handle(const HttpRequest& req, HttpConnection& conn) {
   if (path.rfind("/api/v1/", 0) == 0 || path == "/api/v1") path = path.substr(4);
   const bool api = path.rfind("/v1/", 0) == 0 || path == "/v1";
 
+  // A browser page from an origin not allowed gets nothing done: a "simple" cross-origin POST
+  // needs no preflight, so refusing only to show the answer would still run the request.
+  if (!OriginAllowed(req))
+    return SendError(conn, &req,
+                     MakeError(403,
+                               fmt::format("the origin {} may not use this server (allow it "
+                                           "with --cors-origin)",
+                                           req.Header("origin")),
+                               "invalid_request_error", "origin_not_allowed"));
+
   if (req.method == "OPTIONS") {  // CORS preflight
     HeaderList h = CommonHeaders(&req);
-    h.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    h.emplace_back("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
     const std::string& asked = req.Header("access-control-request-headers");
     h.emplace_back("Access-Control-Allow-Headers",
                    asked.empty() ? "Authorization, Content-Type" : asked);
@@ -161,11 +245,13 @@ bool Server::Handle(const HttpRequest& req, HttpConnection& conn) {
   }
 
   // Which route, and which methods it takes.
-  enum class Route { kNone, kPage, kHealth, kModels, kModel, kChat, kCompletions };
+  enum class Route { kNone, kPage, kIcon, kHealth, kModels, kModel, kChat, kCompletions };
   Route route = Route::kNone;
   const char* allow = "GET";
   if (path == "/" || path == "/index.html") {
     route = Route::kPage;
+  } else if (path == "/favicon.ico") {
+    route = Route::kIcon;
   } else if (path == "/health") {
     route = Route::kHealth;
   } else if (path == "/v1/models") {
@@ -183,18 +269,33 @@ bool Server::Handle(const HttpRequest& req, HttpConnection& conn) {
     return SendError(conn, &req,
                      MakeError(404, fmt::format("no route for {} {}", req.method, req.path),
                                "invalid_request_error", "not_found"));
-  if (req.method != allow)
+  // HEAD goes wherever GET does: the same headers, no body.
+  const bool get = std::string_view(allow) == "GET";
+  if (req.method != allow && !(get && req.method == "HEAD"))
     return SendError(conn, &req,
                      MakeError(405, fmt::format("{} takes {}, not {}", req.path, allow, req.method),
                                "invalid_request_error", "method_not_allowed"),
-                     {{"Allow", std::string(allow) + ", OPTIONS"}});
+                     {{"Allow", std::string(allow) + (get ? ", HEAD, OPTIONS" : ", OPTIONS")}});
+  const bool head = req.method == "HEAD";
 
-  if (api && !options_.api_key.empty()) {
+  // Who asks, for the prompt cache: the API key, else this connection.
+  std::string client = fmt::format("connection {}", conn.id());
+  if (api && !options_.api_keys.empty()) {
     const std::string& auth = req.Header("authorization");
-    const std::string_view prefix = "Bearer ";
-    const bool ok =
-        auth.size() > prefix.size() && auth.compare(0, prefix.size(), prefix) == 0 &&
-        ConstantTimeEquals(std::string_view(auth).substr(prefix.size()), options_.api_key);
+    // "Bearer" is a case-insensitive scheme name (RFC 9110), then one or more spaces.
+    std::string_view given = auth;
+    const bool bearer = given.size() > 6 && Lower(given.substr(0, 6)) == "bearer" &&
+                        (given[6] == ' ' || given[6] == '\t');
+    given.remove_prefix(bearer ? 6 : given.size());
+    while (!given.empty() && (given.front() == ' ' || given.front() == '\t'))
+      given.remove_prefix(1);
+    bool ok = false;
+    for (size_t i = 0; i < options_.api_keys.size(); ++i) {
+      if (bearer && ConstantTimeEquals(given, options_.api_keys[i])) {
+        ok = true;
+        client = fmt::format("key {}", i);
+      }
+    }
     if (!ok)
       return SendError(conn, &req,
                        MakeError(401,
@@ -211,7 +312,14 @@ bool Server::Handle(const HttpRequest& req, HttpConnection& conn) {
       h.emplace_back("Cache-Control", "no-store");
       h.emplace_back("Content-Security-Policy",
                      "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'");
-      conn.Send(200, h, ChatPageHtml(), req.keep_alive);
+      conn.Send(200, h, ChatPageHtml(), req.keep_alive, head);
+      return req.keep_alive && !conn.broken();
+    }
+    case Route::kIcon: {
+      HeaderList h = CommonHeaders(&req);
+      h.emplace_back("Content-Type", "image/svg+xml");
+      h.emplace_back("Cache-Control", "max-age=86400");
+      conn.Send(200, h, FaviconSvg(), req.keep_alive, head);
       return req.keep_alive && !conn.broken();
     }
     case Route::kHealth:
@@ -228,9 +336,9 @@ bool Server::Handle(const HttpRequest& req, HttpConnection& conn) {
       return SendJson(conn, req, 200, ModelJson());
     }
     case Route::kChat:
-      return HandleCompletion(req, conn, /*chat=*/true);
+      return HandleCompletion(req, conn, /*chat=*/true, client);
     case Route::kCompletions:
-      return HandleCompletion(req, conn, /*chat=*/false);
+      return HandleCompletion(req, conn, /*chat=*/false, client);
     case Route::kNone:
       break;
   }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/engine.h"
@@ -18,7 +19,12 @@ namespace rw::serve {
 
 struct ServerOptions {
   HttpServerOptions http;
-  std::string api_key;  // empty: no authentication
+  // Accepted API keys (Authorization: Bearer <key>); none: no authentication. Each key is its
+  // own client for the prompt cache.
+  std::vector<std::string> api_keys;
+  // Origins that browsers may call the API from, besides loopback origins (http(s)://localhost,
+  // 127.0.0.1 and [::1], any port) and the server's own page; "*" allows every origin.
+  std::vector<std::string> cors_origins;
   std::string model_id = "gemma-4-26b-a4b-it";
   RequestLimits request_limits;
   ApiDefaults defaults;
@@ -38,7 +44,11 @@ class Server {
  private:
   struct Stream;
   bool Handle(const HttpRequest& req, HttpConnection& conn);
-  bool HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool chat);
+  // client: who is asking (an API key, else the connection), so that the prompt cache serves
+  // each client only its own prompts.
+  bool HandleCompletion(const HttpRequest& req, HttpConnection& conn, bool chat,
+                        const std::string& client);
+  bool OriginAllowed(const HttpRequest& req) const;
   bool SendJson(HttpConnection& conn, const HttpRequest& req, int status, const Json& body,
                 const HeaderList& extra = {});
   bool SendError(HttpConnection& conn, const HttpRequest* req, const ApiError& e,
@@ -58,5 +68,7 @@ class Server {
 
 // The chat page served at GET / (self-contained: no external resources).
 const std::string& ChatPageHtml();
+// The icon served at /favicon.ico (SVG).
+const std::string& FaviconSvg();
 
 }  // namespace rw::serve

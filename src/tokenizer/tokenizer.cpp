@@ -6,12 +6,17 @@
 namespace rw {
 
 void Tokenizer::EncodeAppend(std::string_view text, std::vector<int32_t>* out) const {
+  EncodeAppend(text, {}, out);
+}
+
+void Tokenizer::EncodeAppend(std::string_view text, std::span<const TextSpan> plain,
+                             std::vector<int32_t>* out) const {
   const TokenizerImpl& t = *impl_;
   BpeScratch scratch;
   std::vector<AddedTokenMatcher::Segment> segments, normalized_segments;
   std::vector<std::string_view> pieces, tmp;
   std::string normalized;
-  t.raw_matcher.Split(text, &segments);
+  t.raw_matcher.Split(text, &segments, plain);
   for (const auto& seg : segments) {
     if (seg.id >= 0) {
       out->push_back(seg.id);
@@ -22,8 +27,17 @@ void Tokenizer::EncodeAppend(std::string_view text, std::vector<int32_t>* out) c
       normalized = t.normalizer.Apply(seg.text);
       norm = normalized;
     }
+    // Offsets do not survive normalization: a stretch that overlaps plain text matches no
+    // special token at all.
+    const size_t begin = static_cast<size_t>(seg.text.data() - text.data());
+    const size_t end = begin + seg.text.size();
+    bool overlaps = false;
+    for (const TextSpan& p : plain) overlaps = overlaps || (p.begin < end && begin < p.end);
+    const TextSpan all{0, norm.size()};
     normalized_segments.clear();
-    t.normalized_matcher.Split(norm, &normalized_segments);
+    t.normalized_matcher.Split(
+        norm, &normalized_segments,
+        overlaps ? std::span<const TextSpan>(&all, 1) : std::span<const TextSpan>());
     for (const auto& nseg : normalized_segments) {
       if (nseg.id >= 0) {
         out->push_back(nseg.id);
@@ -41,6 +55,15 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
   out.reserve(text.size() / 3 + 4);
   if (add_bos && impl_->bos_id >= 0) out.push_back(impl_->bos_id);
   EncodeAppend(text, &out);
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::EncodePlain(std::string_view text, bool add_bos) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 4);
+  if (add_bos && impl_->bos_id >= 0) out.push_back(impl_->bos_id);
+  const TextSpan all{0, text.size()};
+  EncodeAppend(text, std::span<const TextSpan>(&all, 1), &out);
   return out;
 }
 
@@ -86,6 +109,10 @@ int32_t Tokenizer::vocab_size() const {
 bool Tokenizer::IsSpecial(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return false;
   return (impl_->flags[static_cast<size_t>(id)] & TokenizerImpl::kSpecial) != 0;
+}
+
+const std::vector<int32_t>& Tokenizer::special_ids() const {
+  return impl_->special_ids;
 }
 
 int32_t Tokenizer::bos_id() const {

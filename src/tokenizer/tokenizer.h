@@ -33,6 +33,11 @@ struct TokenizerOptions {
 
 struct TokenizerImpl;
 
+// A byte range [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0, end = 0;
+};
+
 class Tokenizer {
  public:
   static Result<Tokenizer> Load(const std::string& tokenizer_json_path,
@@ -46,6 +51,16 @@ class Tokenizer {
   // chat template to write <bos> itself, so it is off by default.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos = false) const;
   void EncodeAppend(std::string_view text, std::vector<int32_t>* out) const;
+  // As EncodeAppend, except that no special token is recognized where its text would overlap
+  // one of `plain` (sorted, disjoint byte ranges of text): there it is ordinary text, as with
+  // tokenizers' split_special_tokens (non-special added tokens still match). Untrusted text
+  // (chat message content, completion prompts) goes in plain spans so that it cannot forge
+  // control tokens such as <turn|>. A special token with normalized=true is not matched in any
+  // normalized stretch that overlaps a plain span (Gemma has none).
+  void EncodeAppend(std::string_view text, std::span<const TextSpan> plain,
+                    std::vector<int32_t>* out) const;
+  // All of `text` as plain text (special tokens never recognized).
+  std::vector<int32_t> EncodePlain(std::string_view text, bool add_bos = false) const;
 
   // Ids outside the vocabulary are skipped (as tokenizers does); skip_special drops the added
   // tokens marked special.
@@ -57,6 +72,8 @@ class Tokenizer {
   // One past the largest id (model vocabulary and added tokens together).
   int32_t vocab_size() const;
   bool IsSpecial(int32_t id) const;
+  // The ids of the special tokens (ascending).
+  const std::vector<int32_t>& special_ids() const;
 
   // -1 when the file does not name one. bos comes from the post-processor template or "<bos>",
   // eos from "<eos>", pad from "<pad>", unk from the model.

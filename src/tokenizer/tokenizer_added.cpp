@@ -84,14 +84,17 @@ int32_t AddedTokenMatcher::Child(int32_t node, uint8_t byte) const {
   return it == children_.end() ? -1 : it->second;
 }
 
-void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out) const {
+void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out,
+                              std::span<const TextSpan> plain) const {
   if (tokens_.empty()) {
     if (!text.empty()) out->push_back({text, -1});
     return;
   }
   size_t emitted = 0;  // text before this offset has been handed out
   size_t i = 0;
+  size_t next_plain = 0;  // the first plain span that ends after i
   while (i < text.size()) {
+    while (next_plain < plain.size() && plain[next_plain].end <= i) ++next_plain;
     if (!first_byte_[static_cast<uint8_t>(text[i])]) {
       ++i;
       continue;
@@ -102,8 +105,13 @@ void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out) 
     for (size_t j = i; j < text.size(); ++j) {
       node = Child(node, static_cast<uint8_t>(text[j]));
       if (node < 0) break;
-      if (node_token_[static_cast<size_t>(node)] >= 0) {
-        best = node_token_[static_cast<size_t>(node)];
+      const int32_t t = node_token_[static_cast<size_t>(node)];
+      // A special token whose text [i, j+1) overlaps plain text is ordinary text there.
+      if (t >= 0 && tokens_[static_cast<size_t>(t)].special && next_plain < plain.size() &&
+          plain[next_plain].begin <= j)
+        continue;
+      if (t >= 0) {
+        best = t;
         best_end = j + 1;
       }
     }

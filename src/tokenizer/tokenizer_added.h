@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "tokenizer/tokenizer.h"
 
 namespace rw {
 
@@ -34,8 +37,10 @@ class AddedTokenMatcher {
   bool empty() const { return tokens_.empty(); }
 
   // Cuts `text` into ordinary segments and matched tokens, in order; appends to `out`. Whitespace
-  // absorbed by lstrip/rstrip belongs to the token's segment and is not tokenized.
-  void Split(std::string_view text, std::vector<Segment>* out) const;
+  // absorbed by lstrip/rstrip belongs to the token's segment and is not tokenized. A special
+  // token is not matched where its text would overlap one of `plain` (sorted, disjoint).
+  void Split(std::string_view text, std::vector<Segment>* out,
+             std::span<const TextSpan> plain = {}) const;
 
  private:
   int32_t Child(int32_t node, uint8_t byte) const;

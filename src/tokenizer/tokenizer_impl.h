@@ -24,6 +24,7 @@ struct TokenizerImpl {
   enum : uint8_t { kPresent = 1, kSpecial = 2 };
   std::vector<uint8_t> flags;  // per id
   std::unordered_map<std::string, int32_t> added_ids;
+  std::vector<int32_t> special_ids;  // ascending
 
   int32_t bos_id = -1, eos_id = -1, pad_id = -1, unk_id = -1;
 };

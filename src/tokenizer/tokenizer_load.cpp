@@ -275,6 +275,12 @@ Result<Tokenizer> Tokenizer::FromJsonText(std::string_view text, const std::stri
       raw_patterns.push_back(t.content);
     }
   }
+  for (const AddedToken& t : added)
+    if (impl->flags[static_cast<size_t>(t.id)] & TokenizerImpl::kSpecial)
+      impl->special_ids.push_back(t.id);
+  std::sort(impl->special_ids.begin(), impl->special_ids.end());
+  impl->special_ids.erase(std::unique(impl->special_ids.begin(), impl->special_ids.end()),
+                          impl->special_ids.end());
   impl->raw_matcher.Build(raw_tokens, raw_patterns);
   impl->normalized_matcher.Build(norm_tokens, norm_patterns);
 

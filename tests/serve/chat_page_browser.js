@@ -1,9 +1,11 @@
 // Drives the chat page of `redwing serve` in headless Debian chromium through playwright-core:
-// sends a message and sees the streamed answer, then stops a long one. Prints one JSON object.
-//   node chat_page_browser.js <node_modules> <http://127.0.0.1:PORT/> <chromium executable>
+// a message without the API key fails (401) and must leave nothing to resend; with the key it
+// sees the streamed answer; stops a long one; and "New chat" during a streamed answer must not
+// carry it into the new conversation. Prints one JSON object.
+//   node chat_page_browser.js <node_modules> <http://127.0.0.1:PORT/> <chromium executable> <key>
 "use strict";
 const path = require("path");
-const [modules, url, executablePath] = process.argv.slice(2);
+const [modules, url, executablePath, apiKey] = process.argv.slice(2);
 const {chromium} = require(path.join(modules, "playwright-core"));
 
 async function health() {
@@ -22,14 +24,28 @@ async function health() {
     page.on("request", (r) => {
       if (!r.url().startsWith(url)) out.external.push(r.url());
     });
+    // The messages of every chat request the page sends.
+    const sent = [];
+    page.on("request", (r) => {
+      if (r.url().endsWith("/v1/chat/completions")) sent.push(JSON.parse(r.postData()).messages);
+    });
     page.setDefaultTimeout(30000);
     await page.goto(url);
+    out.icon = await page.evaluate(() => document.querySelector('link[rel="icon"]').href);
     await page.fill("#temperature", "0");
     await page.fill("#maxtokens", "8");
+    // Without the key: 401, shown as an error.
+    await page.fill("#input", "Hello!");
+    await page.press("#input", "Enter");
+    await page.waitForSelector('.assistant[data-state="error"]');
+    out.error_text = await page.textContent('.assistant[data-state="error"]');
+    // With it: the answer; the failed turn is not sent again.
+    await page.fill("#apikey", apiKey);
     await page.fill("#input", "Hello!");
     await page.press("#input", "Enter");
     await page.waitForSelector('.assistant[data-state="done"]');
-    out.first = await page.textContent(".assistant");
+    out.after_error_messages = sent[sent.length - 1];
+    out.first = await page.textContent('.assistant[data-state="done"]');
     out.user = await page.textContent(".user");
     out.stats = await page.textContent("#stats");
     await page.waitForFunction(() => /MiB/.test(document.getElementById("memory").textContent));
@@ -41,7 +57,7 @@ async function health() {
     await page.press("#input", "Enter");
     await page.waitForFunction(() => {
       const a = document.querySelectorAll(".assistant");
-      return a.length === 2 && a[1].textContent.length > 30;
+      return a.length === 3 && a[2].textContent.length > 30;
     });
     out.busy_before_stop = (await health()).busy;
     const t0 = Date.now();
@@ -54,8 +70,23 @@ async function health() {
     }
     out.freed_ms = Date.now() - t0;
     out.busy_after_stop = h.busy;
-    out.stopped_text = await page.textContent(".assistant >> nth=1");
+    out.stopped_text = await page.textContent(".assistant >> nth=2");
     out.send_enabled = await page.isEnabled("#send");
+
+    // "New chat" while an answer streams: the new conversation starts empty.
+    await page.fill("#input", "Tell me more.");
+    await page.press("#input", "Enter");
+    await page.waitForFunction(() => {
+      const a = document.querySelectorAll(".assistant");
+      return a.length === 4 && a[3].textContent.length > 30;
+    });
+    await page.click("#clear");
+    await page.waitForFunction(() => !document.getElementById("send").disabled);
+    await page.fill("#maxtokens", "4");
+    await page.fill("#input", "Hi again");
+    await page.press("#input", "Enter");
+    await page.waitForSelector('.assistant[data-state="done"]');
+    out.after_new_chat_messages = sent[sent.length - 1];
   } finally {
     await browser.close();
   }

@@ -436,13 +436,13 @@ TEST(ServePage, BrowserChatsStreamsAndStops) {
   if (!IsDirectory(SdkDir() + "/playwright-core"))
     GTEST_SKIP() << "playwright-core is missing under tests/node/node_modules (run "
                     "scripts/install-deps.sh)";
-  ServerProcess server(Model().model_dir, {});
+  ServerProcess server(Model().model_dir, {"--api-key", "sk-page"});
   REQUIRE_SERVER(server);
   const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/";
   const std::string out =
       test::ShellOut("timeout 150 node '" + std::string(REDWING_SOURCE_DIR) +
                          "/tests/serve/chat_page_browser.js' '" + SdkDir() + "' '" + url + "' '" +
-                         chromium.substr(0, chromium.find('\n')) + "' 2>&1",
+                         chromium.substr(0, chromium.find('\n')) + "' sk-page 2>&1",
                      &rc);
   Json r;
   try {
@@ -452,13 +452,21 @@ TEST(ServePage, BrowserChatsStreamsAndStops) {
   }
   ASSERT_FALSE(r.contains("fatal")) << r["fatal"].get<std::string>();
   EXPECT_EQ(r["user"], "Hello!");
+  EXPECT_EQ(r["icon"], url + "favicon.ico");
+  // A failed request (401) is shown, and neither it nor an empty answer is sent again.
+  EXPECT_NE(r["error_text"].get<std::string>().find("API key"), std::string::npos) << r.dump();
+  EXPECT_EQ(r["after_error_messages"], Json::parse(R"([{"role": "user", "content": "Hello!"}])"));
+  // "New chat" during a streamed answer: the new conversation holds only its own message.
+  EXPECT_EQ(r["after_new_chat_messages"],
+            Json::parse(R"([{"role": "user", "content": "Hi again"}])"));
   // The page's greedy answer is the API's.
   HttpClient c(server.port());
   Json body = ChatBody("Hello!", 8);
   body["stream"] = true;
   std::string api;
-  for (const std::string& d :
-       test::SseData(c.Request("POST", "/v1/chat/completions", Body(body)).body)) {
+  for (const std::string& d : test::SseData(
+           c.Request("POST", "/v1/chat/completions", Body(body), {"Authorization: Bearer sk-page"})
+               .body)) {
     if (d == "[DONE]") continue;
     const Json j = Json::parse(d);
     if (!j["choices"].empty() && j["choices"][0]["delta"].contains("content"))

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -39,14 +40,17 @@ inline std::string ServeTempPath(const std::string& name) {
   return root + "/" + name + "." + std::to_string(getpid());
 }
 
-// `redwing serve` on 127.0.0.1 with --port 0; the port is read from its "listening on" line.
+// `redwing serve` on 127.0.0.1 (or the --host in extra) with --port 0; the port is read from
+// its "listening on" line.
 class ServerProcess {
  public:
   ServerProcess(const std::string& model_dir, const std::vector<std::string>& extra,
                 const std::string& tag = "server") {
     log_path_ = ServeTempPath(tag + ".log");
-    std::vector<std::string> argv = {REDWING_BINARY, "serve",     "--model", model_dir,
-                                     "--host",       "127.0.0.1", "--port",  "0"};
+    std::vector<std::string> argv = {REDWING_BINARY, "serve", "--model", model_dir, "--port", "0"};
+    // 127.0.0.1 unless the test listens elsewhere.
+    if (std::find(extra.begin(), extra.end(), "--host") == extra.end())
+      argv.insert(argv.end(), {"--host", "127.0.0.1"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -60,7 +64,7 @@ class ServerProcess {
       _exit(127);
     }
     const int64_t deadline = NowMs() + 60000;
-    const std::regex re("listening on http://[^:]+:([0-9]+)");
+    const std::regex re(R"(listening on http://(?:\[[^\]]*\]|[^:/]+):([0-9]+))");
     while (NowMs() < deadline) {
       std::smatch m;
       const std::string log = Log();
@@ -159,6 +163,9 @@ class HttpClient {
     setsockopt(fd_, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     Close();
   }
+  // Ends the sending side only (shutdown(SHUT_WR)): the server reads end of file but can
+  // still write.
+  void ShutdownWrite() { ::shutdown(fd_, SHUT_WR); }
   bool SendRaw(const std::string& data) {
     size_t off = 0;
     while (off < data.size()) {
@@ -198,8 +205,13 @@ class HttpClient {
 
   static std::string Format(const std::string& method, const std::string& path,
                             const std::string& body, const std::vector<std::string>& headers = {}) {
-    std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-    for (const std::string& h : headers) r += h + "\r\n";
+    std::string r = method + " " + path + " HTTP/1.1\r\n";
+    bool host = false;  // a Host header of the caller's replaces the default
+    for (const std::string& h : headers) {
+      r += h + "\r\n";
+      host = host || h.rfind("Host:", 0) == 0;
+    }
+    if (!host) r += "Host: 127.0.0.1\r\n";
     if (!body.empty() || method == "POST")
       r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
            "\r\n";
@@ -211,11 +223,12 @@ class HttpClient {
                        const std::string& body = "", const std::vector<std::string>& headers = {},
                        int timeout_ms = 60000) {
     if (!SendRaw(Format(method, path, body, headers))) return {};
-    return ReadResponse(timeout_ms);
+    return ReadResponse(timeout_ms, method == "HEAD");
   }
 
-  // Reads one response (Content-Length or chunked). on_data sees body bytes as they come.
-  HttpResponse ReadResponse(int timeout_ms = 60000) {
+  // Reads one response (Content-Length or chunked; head_only: the answer to HEAD, no body).
+  // on_data sees body bytes as they come.
+  HttpResponse ReadResponse(int timeout_ms = 60000, bool head_only = false) {
     HttpResponse r;
     const int64_t deadline = NowMs() + timeout_ms;
     auto fill = [&]() {
@@ -250,7 +263,8 @@ class HttpClient {
       }
       pos = next;
     }
-    if (r.status == 100) return ReadResponse(timeout_ms);
+    if (r.status == 100) return ReadResponse(timeout_ms, head_only);
+    if (head_only) return r;
     if (r.headers["transfer-encoding"] == "chunked") {
       for (;;) {
         size_t e;

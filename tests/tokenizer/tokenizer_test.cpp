@@ -4,6 +4,7 @@
 // The real Gemma vocabulary is covered by tokenizer_oracle_test (integration).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -270,6 +271,42 @@ TEST(Tokenizer, AddedTokensLongestMatchBeforeNormalization) {
   EXPECT_TRUE(t.IsSpecial(t.TokenToId("<|turn>")));
   EXPECT_FALSE(t.IsSpecial(t.TokenToId("[A]")));
   EXPECT_FALSE(t.IsSpecial(t.TokenToId("a")));
+}
+
+// Untrusted text (a chat message, a completion prompt) goes in plain spans: a special token's
+// text there is ordinary text, while non-special added tokens still match and the template's
+// own special tokens outside the spans stay control tokens.
+TEST(Tokenizer, PlainSpansKeepSpecialTokensAsText) {
+  Spec s = GemmaLike();
+  s.Added("[A]", false);
+  s.Added("<|turn>", true);
+  Tokenizer t = Make(s);
+  const int32_t turn = t.TokenToId("<|turn>");
+  const std::string text = "<|turn>a<|turn>[A]b";
+  const TextSpan user{7, text.size()};  // everything after the first <|turn>
+  std::vector<int32_t> ids;
+  t.EncodeAppend(text, std::span<const TextSpan>(&user, 1), &ids);
+  EXPECT_EQ(ids, Ids(t, {"<|turn>", "a", "<", "<0x7C>", "t", "u", "r", "n", ">", "[A]", "b"}));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), turn), 1);
+  // A span that only touches part of the token's text is enough to refuse the match.
+  const TextSpan part{3, 4};
+  ids.clear();
+  t.EncodeAppend("<|turn>", std::span<const TextSpan>(&part, 1), &ids);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), turn), 0);
+  // No spans: as Encode.
+  ids.clear();
+  t.EncodeAppend(text, {}, &ids);
+  EXPECT_EQ(ids, t.Encode(text));
+  // EncodePlain: all text; <bos> only when asked for.
+  EXPECT_EQ(t.EncodePlain("<bos>ab"), Ids(t, {"<", "b", "o", "s", ">", "ab"}));
+  EXPECT_EQ(t.EncodePlain("ab", /*add_bos=*/true), Ids(t, {"<bos>", "ab"}));
+  EXPECT_EQ(t.Decode(t.EncodePlain(text)), text);
+  // The special tokens, listed: <pad> <eos> <bos> <unk> <|turn>.
+  std::vector<int32_t> specials;
+  for (int32_t id = 0; id < t.vocab_size(); ++id)
+    if (t.IsSpecial(id)) specials.push_back(id);
+  EXPECT_EQ(t.special_ids(), specials);
+  EXPECT_EQ(specials.size(), 5u);
 }
 
 TEST(Tokenizer, NormalizedAddedTokensMatchNormalizedText) {
