@@ -141,20 +141,12 @@ MatrixSpec SynthPlan::Expert(int layer, int expert, int which) const {
 namespace {
 
 SynthQuant QuantOf(const SynthQuantTable& q, gemma4::Role role) {
-  switch (role) {
-    case gemma4::Role::kEmbedding:
-      return q.embed;
-    case gemma4::Role::kAttention:
-      return q.attn;
-    case gemma4::Role::kMlp:
-      return q.mlp;
-    case gemma4::Role::kRouter:
-      return q.router;
-    case gemma4::Role::kVector:
-    case gemma4::Role::kExpert:
-      break;
-  }
-  return q.experts;
+  using R = gemma4::Role;
+  return role == R::kEmbedding   ? q.embed
+         : role == R::kAttention ? q.attn
+         : role == R::kMlp       ? q.mlp
+         : role == R::kRouter    ? q.router
+                                 : q.experts;
 }
 
 // How synth draws a core tensor of the table (layer -1: a model-level one).
@@ -169,9 +161,7 @@ CoreEntry DrawCoreTensor(const SynthPlan& p, const gemma4::TensorRow& row, int l
   if (row.role == gemma4::Role::kVector) {
     VectorSpec& v = e.v;
     v.name = lead + std::string(row.name);
-    v.shape = {shape[0]};
-    v.lo = 0.5f;
-    v.hi = 1.5f;
+    v.shape = {shape[0]};  // values in [0.5, 1.5) unless set below
     if (row.name == "self_attn.q_norm" || row.name == "self_attn.k_norm") {
       // The attention scale is 1.0, so q·k sums head_dim products of RMS-normed vectors: q/k
       // norm weights around 1.4·hd^-1/4 keep the scores' std near 2 (peaked but not one-hot).
