@@ -1,24 +1,19 @@
 // `redwing --version` prints project(VERSION) from CMake and, in a git checkout, the commit the
 // build was configured at.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <regex>
 #include <string>
+
+#include "cli/gemma_test_model.h"
 
 namespace {
 
 // Runs a shell command; returns its exit code and fills *output with stdout.
 int RunShell(const std::string& cmd, std::string* output) {
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return -1;
-  char buf[4096];
-  output->clear();
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) output->append(buf, n);
-  int st = ::pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  int rc = 0;
+  *output = rw::test::ShellOut(cmd, &rc);
+  return rc;
 }
 
 TEST(VersionCli, PrintsProjectVersionAndCommit) {
