@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "tokenizer/chat_tool_call.h"
+#include "chat/chat_tool_call.h"
 
 namespace rw::cli {
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cli/commands.h"
+#include "cli/version.h"
 
 namespace rw::cli {
 
@@ -41,7 +42,11 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (std::strcmp(argv[1], "--version") == 0) {
-    std::printf("redwing 0.1.0\n");
+    // The commit is the one the build was configured at; absent outside a git checkout.
+    if (REDWING_GIT_COMMIT[0] != '\0')
+      std::printf("redwing %s (%s)\n", REDWING_VERSION, REDWING_GIT_COMMIT);
+    else
+      std::printf("redwing %s\n", REDWING_VERSION);
     return 0;
   }
   for (const Command& c : CommandRegistry()) {

@@ -14,7 +14,7 @@
 #include "base/json.h"
 #include "base/status.h"
 #include "engine/engine.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rw {

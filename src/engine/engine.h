@@ -16,9 +16,9 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "chat/chat_template.h"
 #include "format/model_config.h"
 #include "runtime/forward.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rw {

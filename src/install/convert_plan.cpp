@@ -3,22 +3,38 @@
 #include <algorithm>
 #include <set>
 
+#include "model/gemma4_table.h"
+
 namespace rw {
 namespace {
 
+using gemma4::Role;
+using gemma4::TensorRow;
+
 // Key prefixes of the language model, longest first ("model." is a prefix of the first).
-constexpr const char* kPrefixes[] = {"model.language_model.", "language_model.model.", "model."};
+constexpr std::string_view kPrefixes[] = {gemma4::kHfPrefix, gemma4::kMlxPrefix,
+                                          gemma4::kCausalLmPrefix};
 // Top-level modules of the multimodal wrapper that a text engine does not use.
 constexpr const char* kMultimodalRoots[] = {"vision_tower", "embed_vision",          "audio_tower",
                                             "embed_audio",  "multi_modal_projector", "vision_model",
                                             "audio_model",  "mm_projector"};
 
-enum class Role { kNorm, kLinear, kEmbedding, kRouter };
-
-std::string ShapeStr(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
+// The order of a layer's core tensors in converted directories: the layer norms first (those
+// every layer has before the MoE ones), then the rest in table order. Kept from before the table
+// so conversions stay byte-identical.
+const std::vector<const TensorRow*>& ConvertLayerOrder() {
+  static const std::vector<const TensorRow*> order = [] {
+    auto rank = [](const TensorRow* r) {
+      if (r->name.find("layernorm") == std::string_view::npos) return 2;
+      return r->when == gemma4::When::kMoe ? 1 : 0;
+    };
+    std::vector<const TensorRow*> rows;
+    for (const TensorRow& r : gemma4::kLayerTensors) rows.push_back(&r);
+    std::stable_sort(rows.begin(), rows.end(),
+                     [&](const TensorRow* a, const TensorRow* b) { return rank(a) < rank(b); });
+    return rows;
+  }();
+  return order;
 }
 
 std::string DTypeToTorchName(StDType t) {
@@ -85,7 +101,7 @@ class Planner {
   Status BadShape(const SourceTensorInfo& t, const std::vector<int64_t>& want,
                   const std::string& note = "") const {
     return Error(ErrorCode::kCorrupt, "{}: tensor '{}': shape {}, but the config implies {}{}",
-                 t.file, t.name, ShapeStr(t.shape), ShapeStr(want), note);
+                 t.file, t.name, gemma4::ShapeStr(t.shape), gemma4::ShapeStr(want), note);
   }
   Status CheckFloat(const SourceTensorInfo& t) const {
     if (t.dtype == StDType::kBF16 || t.dtype == StDType::kF32) return Status::Ok();
@@ -122,6 +138,9 @@ class Planner {
                                 int64_t stride = 0, int64_t fused_rows = 0);
   // Chooses the target type of a float source by mode and role.
   void ChooseFloatTarget(TensorPlan* p, Role role);
+  // A core tensor of the table: `src` its source key (a linear's module).
+  Status PlanCore(const TensorRow& row, const std::string& target, const std::string& src,
+                  const std::vector<int64_t>& shape);
   Status PlanLayer(int layer);
   Status PlanExperts(int layer);
 
@@ -138,8 +157,8 @@ class Planner {
 };
 
 Status Planner::DetectLayout(const std::vector<SourceTensorInfo>& tensors) {
-  for (const char* p : kPrefixes) {
-    if (Find(std::string(p) + "embed_tokens.weight") != nullptr) {
+  for (std::string_view p : kPrefixes) {
+    if (Find(fmt::format("{}{}.weight", p, gemma4::kEmbedTokens.source)) != nullptr) {
       plan_.prefix = p;
       break;
     }
@@ -156,9 +175,8 @@ Status Planner::DetectLayout(const std::vector<SourceTensorInfo>& tensors) {
   }
   bool mlx_config =
       config_json_.contains("quantization") && config_json_["quantization"].is_object();
-  plan_.kind = (any_affine_ || mlx_config || plan_.prefix == "language_model.model.")
-                   ? SourceKind::kMlx
-                   : SourceKind::kHf;
+  plan_.kind = (any_affine_ || mlx_config || plan_.prefix == gemma4::kMlxPrefix) ? SourceKind::kMlx
+                                                                                 : SourceKind::kHf;
   if (!mlx_config && config_json_.contains("quantization_config") &&
       config_json_["quantization_config"].is_object() &&
       config_json_["quantization_config"].contains("quant_method"))
@@ -224,7 +242,7 @@ Status Planner::PlanFloat(const std::string& target, const std::string& src,
 void Planner::ChooseFloatTarget(TensorPlan* p, Role role) {
   TensorDesc& d = p->target;
   d.type = FloatTypeOf(p->src_dtype);
-  if (role == Role::kNorm || mode_ == QuantizeMode::kKeep) return;
+  if (role == Role::kVector || mode_ == QuantizeMode::kKeep) return;
   if (mode_ == QuantizeMode::kBf16) {
     d.type = TensorType::kBf16;
     return;
@@ -306,7 +324,7 @@ Result<TensorPlan> Planner::PlanLinear(const std::string& target, const std::str
                  "{}: tensor '{}': {} packed words and {} groups per row do not fit {} inputs",
                  w->file, w->name, wcols, scols, in);
   const int bits = static_cast<int>(wcols * 32 / in), group = static_cast<int>(in / scols);
-  if ((bits != 4 && bits != 8) || (group != 32 && group != 64 && group != 128))
+  if (!gemma4::SupportedAffine(bits, group))
     return Error(ErrorCode::kUnsupported,
                  "{}: tensor '{}': shapes imply {}-bit, group {}; only 4/8-bit with group "
                  "32/64/128 are supported",
@@ -339,51 +357,26 @@ Result<TensorPlan> Planner::PlanLinear(const std::string& target, const std::str
   return p;
 }
 
+Status Planner::PlanCore(const TensorRow& row, const std::string& target, const std::string& src,
+                         const std::vector<int64_t>& shape) {
+  if (row.role == Role::kVector) return PlanFloat(target, src, shape);
+  RW_ASSIGN_OR_RETURN(TensorPlan p, PlanLinear(target, src, shape[0], shape[1], row.role));
+  plan_.core.push_back(std::move(p));
+  return Status::Ok();
+}
+
 Status Planner::PlanLayer(int i) {
   const ModelConfig& c = plan_.config;
-  const AttentionGeometry& g = c.geometry(i);
   const std::string src = fmt::format("{}layers.{}.", plan_.prefix, i);
-  const std::string dst = fmt::format("layers.{}.", i);
-  const int64_t H = c.hidden_size;
-  std::vector<std::string> norms = {"input_layernorm", "post_attention_layernorm",
-                                    "pre_feedforward_layernorm", "post_feedforward_layernorm"};
-  if (c.enable_moe) {
-    for (const char* n : {"post_feedforward_layernorm_1", "pre_feedforward_layernorm_2",
-                          "post_feedforward_layernorm_2"})
-      norms.push_back(n);
+  for (const TensorRow* row : ConvertLayerOrder()) {
+    const std::string source = src + std::string(row->source);
+    // K=V layers have no v_proj; keep one if the source has it anyway.
+    if (!gemma4::Present(*row, c, i) &&
+        !(row->when == gemma4::When::kHasVProj && Find(source + ".weight") != nullptr))
+      continue;
+    RW_RETURN_IF_ERROR(
+        PlanCore(*row, gemma4::LayerName(*row, i), source, gemma4::Shape(*row, c, i)));
   }
-  for (const std::string& n : norms)
-    RW_RETURN_IF_ERROR(PlanFloat(dst + n, src + n + ".weight", {H}));
-
-  const int64_t q_out = static_cast<int64_t>(c.num_heads) * g.head_dim;
-  const int64_t kv_out = static_cast<int64_t>(g.num_kv_heads) * g.head_dim;
-  auto linear = [&](const std::string& name, int64_t out, int64_t in, Role role) -> Status {
-    RW_ASSIGN_OR_RETURN(TensorPlan p, PlanLinear(dst + name, src + name, out, in, role));
-    plan_.core.push_back(std::move(p));
-    return Status::Ok();
-  };
-  RW_RETURN_IF_ERROR(linear("self_attn.q_proj", q_out, H, Role::kLinear));
-  RW_RETURN_IF_ERROR(linear("self_attn.k_proj", kv_out, H, Role::kLinear));
-  // Full layers with K=V have no v_proj; keep one if the source has it anyway.
-  if (!g.k_eq_v || Find(src + "self_attn.v_proj.weight") != nullptr)
-    RW_RETURN_IF_ERROR(linear("self_attn.v_proj", kv_out, H, Role::kLinear));
-  RW_RETURN_IF_ERROR(linear("self_attn.o_proj", H, q_out, Role::kLinear));
-  RW_RETURN_IF_ERROR(
-      PlanFloat(dst + "self_attn.q_norm", src + "self_attn.q_norm.weight", {g.head_dim}));
-  RW_RETURN_IF_ERROR(
-      PlanFloat(dst + "self_attn.k_norm", src + "self_attn.k_norm.weight", {g.head_dim}));
-
-  const int64_t I = c.intermediate_size;
-  RW_RETURN_IF_ERROR(linear("mlp.gate_proj", I, H, Role::kLinear));
-  RW_RETURN_IF_ERROR(linear("mlp.up_proj", I, H, Role::kLinear));
-  RW_RETURN_IF_ERROR(linear("mlp.down_proj", H, I, Role::kLinear));
-  if (c.enable_moe) {
-    RW_RETURN_IF_ERROR(linear("router.proj", c.num_experts, H, Role::kRouter));
-    RW_RETURN_IF_ERROR(PlanFloat(dst + "router.scale", src + "router.scale", {H}));
-    RW_RETURN_IF_ERROR(PlanFloat(dst + "router.per_expert_scale", src + "router.per_expert_scale",
-                                 {c.num_experts}));
-  }
-  RW_RETURN_IF_ERROR(PlanFloat(dst + "layer_scalar", src + "layer_scalar", {1}));
   if (c.enable_moe) RW_RETURN_IF_ERROR(PlanExperts(i));
   return Status::Ok();
 }
@@ -391,26 +384,28 @@ Status Planner::PlanLayer(int i) {
 Status Planner::PlanExperts(int i) {
   const ModelConfig& c = plan_.config;
   const std::string src = fmt::format("{}layers.{}.experts.", plan_.prefix, i);
-  const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
-  const int E = c.num_experts;
+  const gemma4::ExpertRow& first = gemma4::kExpertTensors[0];
+  // Hugging Face fuses parts into one tensor per hf_tensor ([E, parts*out, in], no ".weight");
+  // MLX keeps a module per part.
+  const bool hf = Find(src + std::string(first.hf_tensor)) != nullptr ||
+                  Find(src + std::string(first.mlx_module) + ".weight") == nullptr;
   ExpertLayerPlan lp;
   lp.layer = i;
-  if (Find(src + "gate_up_proj") != nullptr ||
-      Find(src + "switch_glu.gate_proj.weight") == nullptr) {
-    // Hugging Face: fused [E, 2I, H] gate_up and [E, H, I] down, no ".weight".
-    RW_ASSIGN_OR_RETURN(
-        lp.gate, PlanLinear("gate", src + "gate_up_proj", I, H, Role::kLinear, E, 0, 2 * I, 2 * I));
-    RW_ASSIGN_OR_RETURN(
-        lp.up, PlanLinear("up", src + "gate_up_proj", I, H, Role::kLinear, E, I, 2 * I, 2 * I));
-    RW_ASSIGN_OR_RETURN(lp.down,
-                        PlanLinear("down", src + "down_proj", H, I, Role::kLinear, E, 0, H, H));
-  } else {
-    RW_ASSIGN_OR_RETURN(lp.gate,
-                        PlanLinear("gate", src + "switch_glu.gate_proj", I, H, Role::kLinear, E));
-    RW_ASSIGN_OR_RETURN(lp.up,
-                        PlanLinear("up", src + "switch_glu.up_proj", I, H, Role::kLinear, E));
-    RW_ASSIGN_OR_RETURN(lp.down,
-                        PlanLinear("down", src + "switch_glu.down_proj", H, I, Role::kLinear, E));
+  TensorPlan* parts[] = {&lp.gate, &lp.up, &lp.down};
+  static_assert(std::size(parts) == std::size(gemma4::kExpertTensors));
+  for (size_t k = 0; k < std::size(parts); ++k) {
+    const gemma4::ExpertRow& row = gemma4::kExpertTensors[k];
+    const std::vector<int64_t> shape = gemma4::Shape(row, c);
+    const int64_t out = shape[0], in = shape[1], fused = row.hf_parts * out;
+    const std::string name(row.name);
+    if (hf) {
+      RW_ASSIGN_OR_RETURN(*parts[k],
+                          PlanLinear(name, src + std::string(row.hf_tensor), out, in, Role::kExpert,
+                                     c.num_experts, row.hf_part * out, fused, fused));
+    } else {
+      RW_ASSIGN_OR_RETURN(*parts[k], PlanLinear(name, src + std::string(row.mlx_module), out, in,
+                                                Role::kExpert, c.num_experts));
+    }
   }
   plan_.experts.push_back(std::move(lp));
   return Status::Ok();
@@ -425,7 +420,7 @@ Result<ConvertPlan> Planner::Run() {
   RW_RETURN_IF_ERROR(ReadMlxQuantization());
 
   // The source float type: the embedding's dtype, or its scales' dtype when quantized.
-  const std::string embed = plan_.prefix + "embed_tokens";
+  const std::string embed = plan_.prefix + std::string(gemma4::kEmbedTokens.source);
   const SourceTensorInfo* et = Find(embed + ".scales");
   if (et == nullptr) et = Find(embed + ".weight");
   plan_.source_dtype = DTypeToTorchName(et->dtype);
@@ -449,11 +444,13 @@ Result<ConvertPlan> Planner::Run() {
                       ModelConfigFromHf(config_json_, scale_dtype, what_ + "/config.json"));
   const ModelConfig& c = plan_.config;
 
-  RW_ASSIGN_OR_RETURN(TensorPlan ep, PlanLinear("embed_tokens", embed, c.vocab_size, c.hidden_size,
-                                                Role::kEmbedding));
-  plan_.core.push_back(std::move(ep));
+  auto model_tensor = [&](const TensorRow& row) {
+    return PlanCore(row, std::string(row.name), plan_.prefix + std::string(row.source),
+                    gemma4::Shape(row, c, -1));
+  };
+  RW_RETURN_IF_ERROR(model_tensor(gemma4::kEmbedTokens));
   for (int i = 0; i < c.num_layers; ++i) RW_RETURN_IF_ERROR(PlanLayer(i));
-  RW_RETURN_IF_ERROR(PlanFloat("norm", plan_.prefix + "norm.weight", {c.hidden_size}));
+  RW_RETURN_IF_ERROR(model_tensor(gemma4::kFinalNorm));
 
   // Everything else is either skipped with a reason or an error: never drop weights silently.
   std::map<std::string, std::pair<std::string, int>> skipped;  // prefix -> (reason, count)

@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "format/model_dir.h"
 #include "install/synth_gen.h"
+#include "model/gemma4_table.h"
 
 namespace rw {
 namespace {
@@ -137,9 +138,10 @@ TensorDesc AffineDesc(const MatrixSpec& m, std::string name) {
 }
 
 ExpertLayout MakeExpertLayout(const SynthPlan& p) {
-  return ExpertLayout::Make(AffineDesc(p.Expert(0, 0, 0), "gate"),
-                            AffineDesc(p.Expert(0, 0, 1), "up"),
-                            AffineDesc(p.Expert(0, 0, 2), "down"));
+  auto part = [&](int k) {
+    return AffineDesc(p.Expert(0, 0, k), std::string(gemma4::kExpertTensors[k].name));
+  };
+  return ExpertLayout::Make(part(0), part(1), part(2));
 }
 
 // First error wins; safe to call from pool workers.

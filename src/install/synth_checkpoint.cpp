@@ -4,8 +4,6 @@
 // mlx holds exactly the codes, scales and biases of the model form (same streams), so converting
 // it without requantizing reproduces the model form's tensors byte for byte. hf holds those
 // weights dequantized (rounded to bf16), so both forms describe nearly the same function.
-#include <cstdio>
-
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -15,6 +13,7 @@
 #include "format/model_dir.h"
 #include "install/safetensors_writer.h"
 #include "install/synth_gen.h"
+#include "model/gemma4_table.h"
 
 namespace rw::synth {
 namespace {
@@ -117,38 +116,40 @@ void AddMatrixEntry(std::vector<StEntry>* out, ThreadPool& pool, const std::stri
 }
 
 std::vector<StEntry> PlanEntries(const SynthPlan& p, bool mlx, ThreadPool& pool) {
-  const std::string prefix = mlx ? "language_model.model." : "model.language_model.";
+  const std::string prefix(mlx ? gemma4::kMlxPrefix : gemma4::kHfPrefix);
   const ModelConfig& c = p.config;
+  constexpr size_t kParts = std::size(gemma4::kExpertTensors);
   std::vector<StEntry> out;
   auto add_experts = [&](int l) {
     const int n = c.num_experts;
-    std::vector<MatrixSpec> ms[3];
-    for (int which = 0; which < 3; ++which)
-      for (int e = 0; e < n; ++e) ms[which].push_back(p.Expert(l, e, which));
+    std::vector<MatrixSpec> ms[kParts];
+    for (size_t k = 0; k < kParts; ++k)
+      for (int e = 0; e < n; ++e) ms[k].push_back(p.Expert(l, e, static_cast<int>(k)));
     const std::string base = prefix + fmt::format("layers.{}.experts.", l);
-    if (mlx) {
-      const char* names[] = {"gate_proj", "up_proj", "down_proj"};
-      for (int which = 0; which < 3; ++which) {
-        std::string t = base + "switch_glu." + names[which];
-        AddMatrixEntry(&out, pool, t + ".weight", ms[which], Part::kCodes);
-        AddMatrixEntry(&out, pool, t + ".scales", ms[which], Part::kScales);
-        AddMatrixEntry(&out, pool, t + ".biases", ms[which], Part::kBiases);
+    for (size_t k = 0; k < kParts;) {
+      const gemma4::ExpertRow& row = gemma4::kExpertTensors[k];
+      if (mlx) {
+        std::string t = base + std::string(row.mlx_module);
+        AddMatrixEntry(&out, pool, t + ".weight", ms[k], Part::kCodes);
+        AddMatrixEntry(&out, pool, t + ".scales", ms[k], Part::kScales);
+        AddMatrixEntry(&out, pool, t + ".biases", ms[k], Part::kBiases);
+        ++k;
+        continue;
       }
-    } else {
-      // Fused [E, 2I, H]: expert e's gate rows, then its up rows.
-      std::vector<MatrixSpec> gate_up;
-      for (int e = 0; e < n; ++e) {
-        gate_up.push_back(ms[0][e]);
-        gate_up.push_back(ms[1][e]);
-      }
-      AddMatrixEntry(&out, pool, base + "gate_up_proj", gate_up, Part::kBf16);
-      out.back().spec.shape = {n, 2LL * c.moe_intermediate_size, c.hidden_size};
-      AddMatrixEntry(&out, pool, base + "down_proj", ms[2], Part::kBf16);
+      // Hugging Face fuses the parts of one hf_tensor [E, parts*out, in]: expert e's rows of
+      // each part in turn (gate, then up).
+      std::vector<MatrixSpec> fused;
+      for (int e = 0; e < n; ++e)
+        for (int j = 0; j < row.hf_parts; ++j) fused.push_back(ms[k + j][e]);
+      AddMatrixEntry(&out, pool, base + std::string(row.hf_tensor), fused, Part::kBf16);
+      out.back().spec.shape = {n, row.hf_parts * ms[k][0].rows, ms[k][0].cols};
+      k += row.hf_parts;
     }
   };
-  for (const CoreEntry& ce : p.core) {
+  for (size_t k = 0; k < p.core.size(); ++k) {
+    const CoreEntry& ce = p.core[k];
+    const std::string t = prefix + ce.source;
     if (ce.is_matrix) {
-      std::string t = prefix + ce.m.name;
       if (mlx) {
         AddMatrixEntry(&out, pool, t + ".weight", {ce.m}, Part::kCodes);
         AddMatrixEntry(&out, pool, t + ".scales", {ce.m}, Part::kScales);
@@ -156,25 +157,23 @@ std::vector<StEntry> PlanEntries(const SynthPlan& p, bool mlx, ThreadPool& pool)
       } else {
         AddMatrixEntry(&out, pool, t + ".weight", {ce.m}, Part::kBf16);
       }
-      continue;
+    } else {
+      const VectorSpec v = ce.v;
+      StEntry e;
+      e.spec.name = t;
+      e.spec.dtype = StDType::kBF16;
+      e.spec.shape = v.shape;
+      e.bytes = 2 * static_cast<uint64_t>(v.numel());
+      e.write = [v, name = e.spec.name](SafetensorsWriter& w) {
+        std::vector<uint16_t> buf(v.numel());
+        GenVector(v, buf.data());
+        return w.WriteTensor(name, buf.data(), buf.size() * 2);
+      };
+      out.push_back(std::move(e));
     }
-    const VectorSpec v = ce.v;
-    StEntry e;
-    e.spec.name = prefix + v.name + (v.hf_weight ? ".weight" : "");
-    e.spec.dtype = StDType::kBF16;
-    e.spec.shape = v.shape;
-    e.bytes = 2 * static_cast<uint64_t>(v.numel());
-    e.write = [v, name = e.spec.name](SafetensorsWriter& w) {
-      std::vector<uint16_t> buf(v.numel());
-      GenVector(v, buf.data());
-      return w.WriteTensor(name, buf.data(), buf.size() * 2);
-    };
-    out.push_back(std::move(e));
     // A layer's experts follow its last core tensor.
-    int layer = -1;
-    if (c.enable_moe && std::sscanf(v.name.c_str(), "layers.%d.layer_scalar", &layer) == 1 &&
-        v.name == fmt::format("layers.{}.layer_scalar", layer))
-      add_experts(layer);
+    const bool last_of_layer = k + 1 == p.core.size() || p.core[k + 1].layer != ce.layer;
+    if (c.enable_moe && ce.layer >= 0 && last_of_layer) add_experts(ce.layer);
   }
   return out;
 }
@@ -244,7 +243,7 @@ Json CheckpointConfigJson(const SynthPlan& p, bool mlx) {
     q["mode"] = "affine";
     for (const CoreEntry& e : p.core) {
       if (e.is_matrix && (e.m.bits != def.bits || e.m.group != def.group))
-        q["language_model.model." + e.m.name] = QuantJson(SynthQuant{e.m.bits, e.m.group});
+        q[std::string(gemma4::kMlxPrefix) + e.source] = QuantJson(SynthQuant{e.m.bits, e.m.group});
     }
     root["quantization"] = q;
     root["quantization_config"] = q;

@@ -7,6 +7,7 @@
 
 #include "base/bf16.h"
 #include "base/check.h"
+#include "model/gemma4_table.h"
 
 namespace rw::synth {
 namespace {
@@ -123,19 +124,92 @@ std::vector<float> RouterRowGains(uint64_t seed, int layer, int num_experts, dou
 }
 
 MatrixSpec SynthPlan::Expert(int layer, int expert, int which) const {
-  static const char* kNames[] = {"gate", "up", "down"};
-  CHECK(which >= 0 && which < 3);
+  CHECK(which >= 0 && which < static_cast<int>(std::size(gemma4::kExpertTensors)));
+  const gemma4::ExpertRow& row = gemma4::kExpertTensors[which];
+  const std::vector<int64_t> shape = gemma4::Shape(row, config);
   MatrixSpec m;
-  m.name = fmt::format("layers.{}.experts.{}.{}", layer, expert, kNames[which]);
-  const int64_t h = config.hidden_size, i = config.moe_intermediate_size;
-  m.rows = which == 2 ? h : i;
-  m.cols = which == 2 ? i : h;
+  m.name = fmt::format("layers.{}.experts.{}.{}", layer, expert, row.name);
+  m.rows = shape[0];
+  m.cols = shape[1];
   m.bits = quant.experts.bits;
   m.group = quant.experts.group;
   m.std = static_cast<float>(1.0 / std::sqrt(static_cast<double>(m.cols)));
   m.key = TensorKey(seed, m.name);
   return m;
 }
+
+namespace {
+
+SynthQuant QuantOf(const SynthQuantTable& q, gemma4::Role role) {
+  using R = gemma4::Role;
+  return role == R::kEmbedding   ? q.embed
+         : role == R::kAttention ? q.attn
+         : role == R::kMlp       ? q.mlp
+         : role == R::kRouter    ? q.router
+                                 : q.experts;
+}
+
+// How synth draws a core tensor of the table (layer -1: a model-level one).
+CoreEntry DrawCoreTensor(const SynthPlan& p, const gemma4::TensorRow& row, int layer) {
+  const ModelConfig& c = p.config;
+  const std::vector<int64_t> shape = gemma4::Shape(row, c, layer);
+  const std::string lead = layer < 0 ? "" : fmt::format("layers.{}.", layer);
+  CoreEntry e;
+  e.layer = layer;
+  e.source = lead + std::string(row.source);
+  auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+  if (row.role == gemma4::Role::kVector) {
+    VectorSpec& v = e.v;
+    v.name = lead + std::string(row.name);
+    v.shape = {shape[0]};  // values in [0.5, 1.5) unless set below
+    if (row.name == "self_attn.q_norm" || row.name == "self_attn.k_norm") {
+      // The attention scale is 1.0, so q·k sums head_dim products of RMS-normed vectors: q/k
+      // norm weights around 1.4·hd^-1/4 keep the scores' std near 2 (peaked but not one-hot).
+      const int64_t hd = shape[0];
+      float qk = static_cast<float>(1.4 / std::pow(static_cast<double>(hd), 0.25));
+      v.lo = 0.5f * qk;
+      v.hi = 1.5f * qk;
+    } else if (row.name == "layer_scalar") {
+      // Each layer adds two RMS-normed terms (~1 each) and then scales the whole stream:
+      // scalars below 1 keep the residual bounded (steady-state RMS ~2) over any number of
+      // layers.
+      v.lo = 0.6f;
+      v.hi = 1.0f;
+    } else if (&row == &gemma4::kFinalNorm) {
+      // The head is tied: the current token's own embedding, still in the residual, would give
+      // its own logit a large positive term through positive final-norm weights, and greedy
+      // decoding would repeat the input forever. Random signs make that term average zero.
+      v.random_sign = true;
+    }
+    v.key = TensorKey(p.seed, v.name);
+    return e;
+  }
+  e.is_matrix = true;
+  MatrixSpec& m = e.m;
+  m.name = lead + std::string(row.name);
+  m.rows = shape[0];
+  m.cols = shape[1];
+  const SynthQuant q = QuantOf(p.quant, row.role);
+  m.bits = q.bits;
+  m.group = q.group;
+  double std = inv_sqrt(m.cols);
+  if (row.role == gemma4::Role::kEmbedding) {
+    // Embedding rows of RMS 2/sqrt(H): the scaled embedding (×sqrt(H)) enters the residual with
+    // RMS ~2, comparable to what each layer adds, and tied-head logits have a std of ~2 so
+    // greedy decoding depends on the state instead of sitting on one token.
+    std = 2.0 * inv_sqrt(c.hidden_size);
+  } else if (row.role == gemma4::Role::kRouter) {
+    // Router input RMS is ~|scale|·H^-1/2 per element, so a row std of 1.5 gives logits of
+    // std ~1.5: routing clearly prefers some experts per token without being one-hot.
+    std = 1.5;
+    m.row_gain = RouterRowGains(p.seed, layer, c.num_experts, p.routing_skew);
+  }
+  m.std = static_cast<float>(std);
+  m.key = TensorKey(p.seed, m.name);
+  return e;
+}
+
+}  // namespace
 
 Result<SynthPlan> MakeSynthPlan(const std::string& geometry, uint64_t seed, double routing_skew,
                                 int64_t vocab_size) {
@@ -155,79 +229,13 @@ Result<SynthPlan> MakeSynthPlan(const std::string& geometry, uint64_t seed, doub
   p.routing_skew = routing_skew;
   p.quant = SynthQuantFor(geometry);
   const ModelConfig& c = p.config;
-  const int64_t h = c.hidden_size;
-
-  auto matrix = [&](std::string name, int64_t rows, int64_t cols, SynthQuant q, double std) {
-    CoreEntry e;
-    e.is_matrix = true;
-    e.m.name = std::move(name);
-    e.m.rows = rows;
-    e.m.cols = cols;
-    e.m.bits = q.bits;
-    e.m.group = q.group;
-    e.m.std = static_cast<float>(std);
-    e.m.key = TensorKey(seed, e.m.name);
-    p.core.push_back(std::move(e));
-    return &p.core.back().m;
-  };
-  auto vector = [&](std::string name, int64_t n, float lo, float hi, bool hf_weight = true) {
-    CoreEntry e;
-    e.v.name = std::move(name);
-    e.v.shape = {n};
-    e.v.lo = lo;
-    e.v.hi = hi;
-    e.v.hf_weight = hf_weight;
-    e.v.key = TensorKey(seed, e.v.name);
-    p.core.push_back(std::move(e));
-  };
-  auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
-
-  // Embedding rows of RMS 2/sqrt(H): the scaled embedding (×sqrt(H)) enters the residual with
-  // RMS ~2, comparable to what each layer adds, and tied-head logits have a std of ~2 so greedy
-  // decoding depends on the state instead of sitting on one token.
-  matrix("embed_tokens", c.vocab_size, h, p.quant.embed, 2.0 * inv_sqrt(h));
+  // The table's tensors in the forward order: the embedding, each layer, the final norm.
+  p.core.push_back(DrawCoreTensor(p, gemma4::kEmbedTokens, -1));
   for (int l = 0; l < c.num_layers; ++l) {
-    const AttentionGeometry& g = c.geometry(l);
-    const std::string pre = fmt::format("layers.{}.", l);
-    const int64_t q_rows = static_cast<int64_t>(c.num_heads) * g.head_dim;
-    const int64_t kv_rows = static_cast<int64_t>(g.num_kv_heads) * g.head_dim;
-    vector(pre + "input_layernorm", h, 0.5f, 1.5f);
-    matrix(pre + "self_attn.q_proj", q_rows, h, p.quant.attn, inv_sqrt(h));
-    matrix(pre + "self_attn.k_proj", kv_rows, h, p.quant.attn, inv_sqrt(h));
-    if (!g.k_eq_v) matrix(pre + "self_attn.v_proj", kv_rows, h, p.quant.attn, inv_sqrt(h));
-    matrix(pre + "self_attn.o_proj", h, q_rows, p.quant.attn, inv_sqrt(q_rows));
-    // The attention scale is 1.0, so q·k sums head_dim products of RMS-normed vectors: q/k norm
-    // weights around 1.4·hd^-1/4 keep the scores' std near 2 (peaked but not one-hot).
-    float qk = static_cast<float>(1.4 / std::pow(static_cast<double>(g.head_dim), 0.25));
-    vector(pre + "self_attn.q_norm", g.head_dim, 0.5f * qk, 1.5f * qk);
-    vector(pre + "self_attn.k_norm", g.head_dim, 0.5f * qk, 1.5f * qk);
-    vector(pre + "post_attention_layernorm", h, 0.5f, 1.5f);
-    vector(pre + "pre_feedforward_layernorm", h, 0.5f, 1.5f);
-    matrix(pre + "mlp.gate_proj", c.intermediate_size, h, p.quant.mlp, inv_sqrt(h));
-    matrix(pre + "mlp.up_proj", c.intermediate_size, h, p.quant.mlp, inv_sqrt(h));
-    matrix(pre + "mlp.down_proj", h, c.intermediate_size, p.quant.mlp,
-           inv_sqrt(c.intermediate_size));
-    vector(pre + "post_feedforward_layernorm_1", h, 0.5f, 1.5f);
-    if (c.enable_moe) {
-      // Router input RMS is ~|scale|·H^-1/2 per element, so a row std of 1.5 gives logits of
-      // std ~1.5: routing clearly prefers some experts per token without being one-hot.
-      MatrixSpec* r = matrix(pre + "router.proj", c.num_experts, h, p.quant.router, 1.5);
-      r->row_gain = RouterRowGains(seed, l, c.num_experts, routing_skew);
-      vector(pre + "router.scale", h, 0.5f, 1.5f, false);
-      vector(pre + "router.per_expert_scale", c.num_experts, 0.5f, 1.5f, false);
-      vector(pre + "pre_feedforward_layernorm_2", h, 0.5f, 1.5f);
-      vector(pre + "post_feedforward_layernorm_2", h, 0.5f, 1.5f);
-    }
-    vector(pre + "post_feedforward_layernorm", h, 0.5f, 1.5f);
-    // Each layer adds two RMS-normed terms (~1 each) and then scales the whole stream: scalars
-    // below 1 keep the residual bounded (steady-state RMS ~2) over any number of layers.
-    vector(pre + "layer_scalar", 1, 0.6f, 1.0f, false);
+    for (const gemma4::TensorRow& row : gemma4::kLayerTensors)
+      if (gemma4::Present(row, c, l)) p.core.push_back(DrawCoreTensor(p, row, l));
   }
-  // The head is tied: the current token's own embedding, still in the residual, would give its
-  // own logit a large positive term through positive final-norm weights, and greedy decoding
-  // would repeat the input forever. Random signs make that term average zero.
-  vector("norm", h, 0.5f, 1.5f);
-  p.core.back().v.random_sign = true;
+  p.core.push_back(DrawCoreTensor(p, gemma4::kFinalNorm, -1));
   return p;
 }
 

@@ -73,7 +73,6 @@ struct VectorSpec {
   std::vector<int64_t> shape;
   float lo = 0.5f;
   float hi = 1.5f;
-  bool hf_weight = true;  // HF/MLX key gets ".weight" (norms) or not (router scales, layer_scalar)
   bool random_sign = false;  // each value negated with probability 1/2
   uint64_t key = 0;
   int64_t numel() const;
@@ -85,6 +84,8 @@ struct CoreEntry {
   bool is_matrix = false;
   MatrixSpec m;
   VectorSpec v;
+  std::string source;  // checkpoint key after the prefix (a matrix's module), from the table
+  int layer = -1;      // -1: a model-level tensor
   const std::string& name() const { return is_matrix ? m.name : v.name; }
 };
 

@@ -6,9 +6,9 @@
 #include <ctime>
 
 #include "base/timer.h"
+#include "chat/chat_tool_call.h"
 #include "engine/conversation.h"
 #include "serve/server.h"
-#include "tokenizer/chat_tool_call.h"
 
 namespace rw::serve {
 

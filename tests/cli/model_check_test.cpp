@@ -11,7 +11,7 @@
 #include "base/file.h"
 #include "base/hash.h"
 #include "base/json.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rw {

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "base/json.h"
-#include "tokenizer/jinja_template.h"
-#include "tokenizer/jinja_text.h"
+#include "chat/jinja_template.h"
+#include "chat/jinja_text.h"
 
 namespace rw::jinja {
 namespace {

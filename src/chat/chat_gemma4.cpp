@@ -1,13 +1,13 @@
 // Each function mirrors one macro or section of the official template; comments name it. A
 // missing key ("undefined" in Jinja) is a null pointer, distinct from a JSON null (None).
-#include "tokenizer/chat_gemma4.h"
+#include "chat/chat_gemma4.h"
 
 #include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_value.h"
 
 namespace rw {
 namespace {

@@ -1,7 +1,7 @@
-#include "tokenizer/jinja_template.h"
+#include "chat/jinja_template.h"
 
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_parser.h"
+#include "chat/jinja_lexer.h"
+#include "chat/jinja_parser.h"
 
 namespace rw::jinja {
 

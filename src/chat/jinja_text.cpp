@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_text.h"
+#include "chat/jinja_text.h"
 
 #include "tokenizer/utf8.h"
 

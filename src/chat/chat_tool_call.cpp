@@ -1,4 +1,4 @@
-#include "tokenizer/chat_tool_call.h"
+#include "chat/chat_tool_call.h"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_value.h"
 
 namespace rw::jinja {
 

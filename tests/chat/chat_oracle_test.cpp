@@ -14,10 +14,10 @@
 
 #include "base/file.h"
 #include "base/json.h"
-#include "tokenizer/chat_gemma4.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/chat_tool_call.h"
-#include "tokenizer/jinja_template.h"
+#include "chat/chat_gemma4.h"
+#include "chat/chat_template.h"
+#include "chat/chat_tool_call.h"
+#include "chat/jinja_template.h"
 
 namespace rw {
 namespace {
@@ -31,7 +31,7 @@ std::string NodeModules() {
   return std::string(REDWING_SOURCE_DIR) + "/tests/node/node_modules";
 }
 std::string ScriptDir() {
-  return std::string(REDWING_SOURCE_DIR) + "/tests/tokenizer";
+  return std::string(REDWING_SOURCE_DIR) + "/tests/chat";
 }
 std::string OutDir() {
   return std::string(REDWING_BUILD_DIR) + "/chat_oracle";

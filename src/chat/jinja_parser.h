@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_lexer.h"
+#include "chat/jinja_ast.h"
+#include "chat/jinja_lexer.h"
 
 namespace rw::jinja {
 

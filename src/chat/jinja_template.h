@@ -10,8 +10,8 @@
 
 #include "base/json.h"
 #include "base/status.h"
-#include "tokenizer/jinja_interp.h"
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_interp.h"
+#include "chat/jinja_value.h"
 
 namespace rw::jinja {
 

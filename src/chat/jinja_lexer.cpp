@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_lexer.h"
+#include "chat/jinja_lexer.h"
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 
-#include "tokenizer/jinja_text.h"
+#include "chat/jinja_text.h"
 
 namespace rw::jinja {
 namespace {

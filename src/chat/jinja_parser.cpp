@@ -1,8 +1,8 @@
-#include "tokenizer/jinja_parser.h"
+#include "chat/jinja_parser.h"
 
 #include <initializer_list>
 
-#include "tokenizer/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 namespace rw::jinja {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "base/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_ast.h"
+#include "chat/jinja_value.h"
 
 namespace rw::jinja {
 

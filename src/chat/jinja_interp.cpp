@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_interp.h"
+#include "chat/jinja_interp.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <limits>
 #include <optional>
 
-#include "tokenizer/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 namespace rw::jinja {
 

@@ -7,7 +7,7 @@
 
 #include "base/file.h"
 #include "base/json.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 namespace rw {
 namespace {

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <ctime>
 
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_interp.h"
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_interp.h"
 
 namespace rw::jinja {
 

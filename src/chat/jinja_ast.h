@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_value.h"
 
 namespace rw::jinja {
 

@@ -6,9 +6,9 @@
 
 #include "base/file.h"
 #include "base/json.h"
-#include "tokenizer/chat_gemma4.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/chat_tool_call.h"
+#include "chat/chat_gemma4.h"
+#include "chat/chat_template.h"
+#include "chat/chat_tool_call.h"
 
 namespace rw {
 namespace {

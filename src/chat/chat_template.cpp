@@ -1,8 +1,8 @@
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include "base/file.h"
-#include "tokenizer/chat_gemma4.h"
-#include "tokenizer/jinja_template.h"
+#include "chat/chat_gemma4.h"
+#include "chat/jinja_template.h"
 
 namespace rw {
 

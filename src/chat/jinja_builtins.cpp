@@ -1,6 +1,6 @@
 // Filters and tests, with jinja2's signatures and semantics (tojson as transformers overrides
 // it: no HTML escaping, non-ASCII kept).
-#include "tokenizer/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "tokenizer/jinja_interp.h"
+#include "chat/jinja_interp.h"
 
 namespace rw::jinja {
 namespace {

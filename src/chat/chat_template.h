@@ -32,8 +32,8 @@
 
 #include "base/json.h"
 #include "base/status.h"
-#include "tokenizer/jinja_interp.h"
-#include "tokenizer/jinja_text.h"
+#include "chat/jinja_interp.h"
+#include "chat/jinja_text.h"
 
 namespace rw {
 

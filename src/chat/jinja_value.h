@@ -15,7 +15,7 @@
 
 #include "base/json.h"
 #include "base/status.h"
-#include "tokenizer/jinja_text.h"
+#include "chat/jinja_text.h"
 
 namespace rw::jinja {
 
