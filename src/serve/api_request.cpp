@@ -327,7 +327,7 @@ std::optional<ApiError> ParseApiRequest(const std::string& body_text, bool chat,
   Json body;
   try {
     body = Json::parse(body_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     return BadRequest(fmt::format("the request body is not valid JSON: {}", e.what()), "",
                       "invalid_json");
   }

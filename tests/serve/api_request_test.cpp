@@ -51,5 +51,15 @@ TEST(ApiRequest, WholeFloatsAreIntegersAndFractionsAreNot) {
   EXPECT_EQ(e->code, "invalid_type");
 }
 
+// A number too large for a double made the JSON library throw out_of_range, which escaped the
+// parser (the server answered 500 instead of 400). Found by fuzz_chat_request.
+TEST(ApiRequest, NumbersPastDoubleAreInvalidJson) {
+  ApiRequest req;
+  auto e = Parse(R"("temperature": 1.5e2364)", &req);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->code, "invalid_json") << e->message;
+}
+
 }  // namespace
 }  // namespace rw::serve
