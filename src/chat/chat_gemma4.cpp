@@ -161,8 +161,9 @@ class Renderer {
                                           "nullable"};
     bool found_first = false;
     for (const auto& [key, value] : DictSort(*properties)) {
+      // (An init-capture: clang 14, which builds the fuzz targets, cannot capture a binding.)
       if (std::any_of(std::begin(kStandardKeys), std::end(kStandardKeys),
-                      [&](const char* k) { return key == k; })) {
+                      [&key = key](const char* k) { return key == k; })) {
         continue;
       }
       bool add_comma = false;

@@ -245,13 +245,19 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
   // Gemma4Config nests the text model; Gemma4TextConfig is flat.
   const Json& j =
       root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
-  std::string model_type = j.value("model_type", root.value("model_type", std::string()));
+  // Optional() rather than Json::value(): value() throws when a field has another type.
+  std::string model_type;
+  RW_RETURN_IF_ERROR(Optional(root, "model_type", &model_type, what));
+  RW_RETURN_IF_ERROR(Optional(j, "model_type", &model_type, what));
   if (model_type != "gemma4_text" && model_type != "gemma4")
     return Error(ErrorCode::kUnsupported, "{}: model_type '{}' is not Gemma 4", what, model_type);
-  if (j.value("hidden_size_per_layer_input", 0) != 0)
+  int64_t per_layer_input = 0, kv_shared = 0;
+  RW_RETURN_IF_ERROR(Optional(j, "hidden_size_per_layer_input", &per_layer_input, what));
+  RW_RETURN_IF_ERROR(Optional(j, "num_kv_shared_layers", &kv_shared, what));
+  if (per_layer_input != 0)
     return Error(ErrorCode::kUnsupported,
                  "{}: per-layer embeddings (hidden_size_per_layer_input) are not supported", what);
-  if (j.value("num_kv_shared_layers", 0) != 0)
+  if (kv_shared != 0)
     return Error(ErrorCode::kUnsupported, "{}: KV sharing (num_kv_shared_layers) is not supported",
                  what);
 
@@ -296,7 +302,8 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
     c.eos_token_ids = {1};
   }
 
-  c.enable_moe = j.value("enable_moe_block", false);
+  c.enable_moe = false;
+  RW_RETURN_IF_ERROR(Optional(j, "enable_moe_block", &c.enable_moe, what));
   if (c.enable_moe) {
     RW_RETURN_IF_ERROR(req("num_experts", &c.num_experts));
     RW_RETURN_IF_ERROR(req("top_k_experts", &c.top_k));
@@ -319,7 +326,8 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
   }
   if (!c.layer_types.empty()) c.layer_types.back() = LayerKind::kFull;
 
-  bool k_eq_v = j.value("attention_k_eq_v", false);
+  bool k_eq_v = false;
+  RW_RETURN_IF_ERROR(Optional(j, "attention_k_eq_v", &k_eq_v, what));
   c.sliding.head_dim = head_dim;
   c.sliding.num_kv_heads = kv_heads;
   // Full-layer geometry: explicit global_* fields (transformers 5.5) or per_layer_config
@@ -337,7 +345,8 @@ Result<ModelConfig> ModelConfigFromHf(const Json& root, const std::string& weigh
         layer = std::stoi(it.key());
       } catch (...) {
       }
-      if (layer < 0 || layer >= c.num_layers)
+      // Against layer_types, which an explicit list may make shorter than num_layers.
+      if (layer < 0 || layer >= static_cast<int>(c.layer_types.size()))
         return Error(ErrorCode::kCorrupt, "{}: per_layer_config key '{}' is not a layer index",
                      what, it.key());
       if (c.layer_types[layer] != LayerKind::kFull)

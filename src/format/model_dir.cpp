@@ -41,7 +41,11 @@ Result<Manifest> Manifest::FromJson(const Json& j, const std::string& what) {
     return Error(ErrorCode::kUnsupported, "{}: format version {} (this build reads {})", what,
                  version, kFormatVersion);
   m.format_version = static_cast<int>(version);
-  m.created_by = j.value("created_by", "");
+  if (auto cb = j.find("created_by"); cb != j.end()) {
+    if (!cb->is_string())  // (Json::value() would throw here)
+      return Error(ErrorCode::kCorrupt, "{}: field 'created_by' must be a string", what);
+    m.created_by = cb->get<std::string>();
+  }
   if (!j.contains("config")) return Error(ErrorCode::kCorrupt, "{}: field 'config' missing", what);
   RW_ASSIGN_OR_RETURN(m.config, ModelConfig::FromJson(j["config"], what + ": config"));
   m.source = j.value("source", Json::object());

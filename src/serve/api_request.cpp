@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace rw::serve {
@@ -54,17 +55,25 @@ Err Integer(const Json& body, const char* key, int64_t lo, int64_t hi,
             std::optional<int64_t>* out) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
+  int64_t v;
   if (it->is_number_float()) {
     const double d = it->get<double>();
-    if (d != static_cast<double>(static_cast<int64_t>(d))) return WrongType(key, "an integer", *it);
+    if (d != std::trunc(d)) return WrongType(key, "an integer", *it);
+    // Whole numbers past int64 (1e19; an integer too long for uint64 parses as a float) saturate
+    // as large unsigned values do: converting them to int64 would be undefined.
+    if (d >= 0x1p63)
+      v = INT64_MAX;
+    else if (d < -0x1p63)
+      v = INT64_MIN;
+    else
+      v = static_cast<int64_t>(d);
   } else if (!it->is_number_integer()) {
     return WrongType(key, "an integer", *it);
-  }
-  int64_t v;
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+  } else if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
     v = INT64_MAX;
-  else
-    v = it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
+  } else {
+    v = it->get<int64_t>();
+  }
   if (v < lo || v > hi)
     return BadRequest(fmt::format("'{}' must be between {} and {}, not {}", key, lo, hi, v), key,
                       "invalid_value");
@@ -318,7 +327,7 @@ std::optional<ApiError> ParseApiRequest(const std::string& body_text, bool chat,
   Json body;
   try {
     body = Json::parse(body_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
     return BadRequest(fmt::format("the request body is not valid JSON: {}", e.what()), "",
                       "invalid_json");
   }

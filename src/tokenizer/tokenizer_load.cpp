@@ -198,7 +198,9 @@ Result<std::vector<AddedToken>> ParseAddedTokens(const Json& j, const std::strin
 
 // The first special token of the single-sequence template, when it precedes the sequence.
 int32_t TemplateBos(const Json& pp, const Tokenizer& tok) {
-  if (!pp.is_object() || pp.value("type", "") != "TemplateProcessing") return -1;
+  // find() rather than Json::value(), which throws on a field of another type.
+  if (!pp.is_object()) return -1;
+  if (auto type = pp.find("type"); type == pp.end() || *type != "TemplateProcessing") return -1;
   auto single = pp.find("single");
   if (single == pp.end() || !single->is_array() || single->empty()) return -1;
   const Json& first = (*single)[0];
@@ -208,9 +210,13 @@ int32_t TemplateBos(const Json& pp, const Tokenizer& tok) {
   std::string name = (*st)["id"].get<std::string>();
   auto specials = pp.find("special_tokens");
   if (specials != pp.end() && specials->is_object() && specials->contains(name)) {
-    const Json& ids = (*specials)[name].value("ids", Json::array());
-    if (ids.is_array() && ids.size() == 1 && ids[0].is_number_unsigned())
-      return static_cast<int32_t>(ids[0].get<uint64_t>());
+    const Json& entry = (*specials)[name];
+    auto ids = entry.is_object() ? entry.find("ids") : entry.end();
+    // An id outside the vocabulary would reach the embedding lookup as <bos>.
+    if (ids != entry.end() && ids->is_array() && ids->size() == 1 &&
+        (*ids)[0].is_number_unsigned() &&
+        (*ids)[0].get<uint64_t>() < static_cast<uint64_t>(tok.vocab_size()))
+      return static_cast<int32_t>((*ids)[0].get<uint64_t>());
   }
   return tok.TokenToId(name);
 }

@@ -253,6 +253,56 @@ TEST(Format, HostileCoreDirectory) {
   EXPECT_NE(r.status().message().find("tensor 'w'"), std::string::npos) << r.status().message();
 }
 
+// Found with tests/fuzz/fuzz_model_format's inputs: a field of the wrong type made Json::value()
+// throw out of the parser (redwing aborted), and a per_layer_config index within num_layers but
+// past a shorter explicit layer_types list read past the vector.
+TEST(Format, HfConfigAndManifestWrongShapesAreErrors) {
+  const Json base = {
+      {"model_type", "gemma4_text"},
+      {"vocab_size", 512},
+      {"hidden_size", 64},
+      {"num_hidden_layers", 4},
+      {"num_attention_heads", 2},
+      {"num_key_value_heads", 1},
+      {"head_dim", 32},
+      {"intermediate_size", 64},
+      {"layer_types",
+       {"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"}}};
+  ASSERT_TRUE(ModelConfigFromHf(base, "bfloat16", "config.json").ok());
+  const std::pair<const char*, Json> wrong_types[] = {{"model_type", 3},
+                                                      {"hidden_size_per_layer_input", "x"},
+                                                      {"enable_moe_block", "yes"},
+                                                      {"attention_k_eq_v", 1},
+                                                      {"num_kv_shared_layers", Json::array({1})}};
+  for (const auto& [key, value] : wrong_types) {
+    Json j = base;
+    j[key] = value;
+    auto r = ModelConfigFromHf(j, "bfloat16", "config.json");
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().message();
+  }
+  Json short_types = base;
+  short_types["layer_types"] = {"full_attention"};
+  short_types["per_layer_config"] = {{"3", {{"head_dim", 64}}}};
+  auto r = ModelConfigFromHf(short_types, "bfloat16", "config.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("per_layer_config key '3'"), std::string::npos)
+      << r.status().message();
+
+  std::string dir = FreshDir("created_by");
+  WriteTinyModel(dir);
+  std::string mpath = JoinPath(dir, kManifestName);
+  auto text = ReadFileToString(mpath);
+  ASSERT_TRUE(text.ok());
+  Json m = Json::parse(*text);
+  m["created_by"] = 5;
+  ASSERT_TRUE(WriteFileAtomic(mpath, m.dump()).ok());
+  auto opened = ModelDir::Open(dir);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.status().message().find("created_by"), std::string::npos)
+      << opened.status().message();
+}
+
 TEST(Format, StreamedCoreTensorEqualsWholeWrite) {
   std::string path = ::testing::TempDir() + "/rw_format_core_streamed.bin";
   TensorDesc t = Affine("big", 8, 128, 4);

@@ -415,6 +415,27 @@ TEST(Tokenizer, BosEosPadAndVocabSize) {
   EXPECT_TRUE(t.Encode("").empty());
 }
 
+// A post-processor of the wrong shape used to throw out of the loader (Json::value() on a field
+// of another type), and a template id past the vocabulary became bos_id. Found with
+// tests/fuzz/fuzz_tokenizer_json's inputs.
+TEST(Tokenizer, MalformedPostProcessorFallsBackToTheBosToken) {
+  const Json single = Json::array({{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}}});
+  const Json bad_processors[] = {
+      {{"type", 5}, {"single", single}},
+      {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", {{"<bos>", {2}}}}},
+      {{"type", "TemplateProcessing"},
+       {"single", single},
+       {"special_tokens", {{"<bos>", {{"ids", {4000000000u}}}}}}},
+  };
+  for (const Json& pp : bad_processors) {
+    Spec s = GemmaLike();
+    s.post_processor = pp;
+    auto t = Tokenizer::FromJsonText(s.Text(), "test.json");
+    ASSERT_TRUE(t.ok()) << pp.dump() << ": " << t.status().ToString();
+    EXPECT_EQ(t->bos_id(), t->TokenToId("<bos>")) << pp.dump();
+  }
+}
+
 TEST(Tokenizer, ChunkingAndCacheChangeNothing) {
   Spec s = GemmaLike();
   TokenizerOptions plain;
