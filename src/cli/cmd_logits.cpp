@@ -7,6 +7,7 @@
 #include "base/file.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/generation_flags.h"
 #include "engine/engine.h"
 
 namespace rw::cli {
@@ -16,31 +17,23 @@ int Logits(const Args& args) {
   Flags flags("logits", "redwing logits --model <dir> --ids 2,17,99 [--out <file>]",
               "Runs a prompt and writes the logits of every position (raw little-endian float32 "
               "[n_ids, vocab]), or prints the top 5 per position without --out.");
-  flags.String("model", "", "model directory (required)");
+  AddEngineFlags(flags);
   flags.String("ids", "", "comma-separated prompt token ids (required)");
   flags.String("out", "", "output file for the raw logits");
-  flags.Int("threads", 0, "worker threads (0: REDWING_THREADS or all cores)");
-  flags.Int("max-context", 8192, "maximum context length");
-  flags.Int("prefill-chunk", 0, "tokens per forward call (0: 512, or 128 with --vram-budget)");
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("logits", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);
     return 0;
   }
-  if (flags.GetString("model").empty())
-    return ReportError("logits", Status(ErrorCode::kInvalidArgument, "--model is required"));
+  auto opt = EngineOptionsFromFlags(flags);
+  if (!opt.ok()) return ReportError("logits", opt.status());
   if (flags.GetString("ids").empty())
     return ReportError("logits", Status(ErrorCode::kInvalidArgument,
                                         "empty prompt: --ids needs at least one token id"));
   auto ids = ParseIdList(flags.GetString("ids"), "--ids");
   if (!ids.ok()) return ReportError("logits", ids.status());
 
-  EngineOptions opt;
-  opt.model_dir = flags.GetString("model");
-  opt.threads = static_cast<int>(flags.GetInt("threads"));
-  opt.max_context = flags.GetInt("max-context");
-  opt.prefill_chunk = flags.GetInt("prefill-chunk");
-  auto engine = Engine::Load(opt);
+  auto engine = Engine::Load(*opt);
   if (!engine.ok()) return ReportError("logits", engine.status());
   auto session = (*engine)->NewSession();
   auto logits = session->Prefill(*ids, /*all_logits=*/true);

@@ -1,0 +1,62 @@
+// Every command that loads an engine takes the same engine flags (one definition in
+// cli/generation_flags.cpp), and `logits` honours them: the slots store gives the same bytes as
+// the page cache.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "base/file.h"
+#include "gemma_test_model.h"
+
+namespace rw {
+namespace {
+
+using test::ShellOut;
+
+const char* const kEngineFlags[] = {
+    "--model",        "--threads",       "--max-context", "--prefill-chunk", "--prefill-span",
+    "--expert-store", "--memory-budget", "--io-threads",  "--io-backend",    "--early-expert-read",
+    "--lock-core",    "--backend",       "--vram-budget", "--fault-policy"};
+
+TEST(EngineFlagsCli, EveryModelLoadingCommandListsTheEngineFlags) {
+  for (const char* cmd : {"run", "chat", "serve", "bench", "trace", "logits"}) {
+    int rc = 0;
+    const std::string help =
+        ShellOut(std::string(REDWING_BINARY) + " " + cmd + " --help 2>&1", &rc);
+    ASSERT_EQ(rc, 0) << cmd << ": " << help;
+    for (const char* flag : kEngineFlags)
+      EXPECT_NE(help.find(std::string(flag) + " "), std::string::npos)
+          << "redwing " << cmd << " --help lacks " << flag;
+  }
+}
+
+TEST(EngineFlagsCli, LogitsTakesTheExpertStoreAndRefusesBadValues) {
+  const std::string dir = std::string(REDWING_BUILD_DIR) + "/test-tmp/engine_flags_cli";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string bin = REDWING_BINARY;
+  int rc = 0;
+  std::string out =
+      ShellOut(bin + " synth --geometry tiny --seed 5 --quiet --out " + dir + "/m 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string base = bin + " logits --model " + dir + "/m --ids 2,17,99,5 ";
+  out = ShellOut(base + "--out " + dir + "/mmap.bin 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = ShellOut(base + "--expert-store slots --memory-budget 64M --out " + dir + "/slots.bin 2>&1",
+                 &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto a = ReadFileToString(dir + "/mmap.bin");
+  auto b = ReadFileToString(dir + "/slots.bin");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(a->size(), 0u);
+  EXPECT_TRUE(*a == *b) << "the slots store changed the logits";
+
+  out = ShellOut(base + "--expert-store bogus 2>&1", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--expert-store must be mmap or slots"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rw
