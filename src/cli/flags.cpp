@@ -10,20 +10,20 @@ Flags::Flags(std::string command, std::string usage, std::string summary)
     : command_(std::move(command)), usage_(std::move(usage)), summary_(std::move(summary)) {}
 
 void Flags::String(const std::string& name, const std::string& def, const std::string& help) {
-  opts_[name] = Opt{Kind::kString, def, help, std::nullopt};
+  opts_[name] = Opt{Kind::kString, def, help, std::nullopt, {}};
   order_.push_back(name);
 }
 void Flags::Int(const std::string& name, long long def, const std::string& help) {
-  opts_[name] = Opt{Kind::kInt, std::to_string(def), help, std::nullopt};
+  opts_[name] = Opt{Kind::kInt, std::to_string(def), help, std::nullopt, {}};
   order_.push_back(name);
 }
 void Flags::Double(const std::string& name, double def, const std::string& help) {
   opts_[name] =
-      Opt{Kind::kDouble, fmt::format("{:g}", static_cast<float>(def)), help, std::nullopt};
+      Opt{Kind::kDouble, fmt::format("{:g}", static_cast<float>(def)), help, std::nullopt, {}};
   order_.push_back(name);
 }
 void Flags::Bool(const std::string& name, const std::string& help) {
-  opts_[name] = Opt{Kind::kBool, "off", help, std::nullopt};
+  opts_[name] = Opt{Kind::kBool, "off", help, std::nullopt, {}};
   order_.push_back(name);
 }
 void Flags::StringList(const std::string& name, const std::string& help) {
