@@ -525,8 +525,9 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
 
   mem.SampleNow();
   const RssBreakdown rss = CurrentRss();
-  c.memory.peak_anon = mem.peak_anon();
-  c.memory.peak_file = mem.peak_file();
+  // The end reading comes after the last sample: a peak below it would be no peak.
+  c.memory.peak_anon = std::max(mem.peak_anon(), rss.anon);
+  c.memory.peak_file = std::max(mem.peak_file(), rss.file);
   c.memory.anon_end = rss.anon;
   c.memory.file_end = rss.file;
   c.memory.peak_rss_process = PeakRssBytes();
