@@ -12,6 +12,7 @@
 #include "base/hash.h"
 #include "base/json.h"
 #include "chat/chat_template.h"
+#include "run_cli.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rw {
@@ -19,20 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs the CLI; returns its exit code (128 + signal when killed) and stdout+stderr.
-int RunCli(const std::string& args, std::string* output) {
-  std::string cmd = std::string(REDWING_BINARY) + " " + args + " 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return -1;
-  char buf[4096];
-  output->clear();
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) output->append(buf, n);
-  int st = ::pclose(f);
-  if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-  // The shell reports a child killed by a signal as 128 + signal too.
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+using test::RunCli;
 
 // A minimal byte-level BPE tokenizer.json that the tokenizer loads.
 std::string TinyTokenizerJson() {

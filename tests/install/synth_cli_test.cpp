@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "base/file.h"
+#include "run_cli.h"
 
 namespace rw {
 namespace {
@@ -30,18 +31,7 @@ class TempDir {
   std::string path_;
 };
 
-// Runs the CLI; returns its exit code and fills *output with stdout+stderr.
-int RunCli(const std::string& args, std::string* output) {
-  std::string cmd = std::string(REDWING_BINARY) + " " + args + " 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return -1;
-  char buf[4096];
-  output->clear();
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) output->append(buf, n);
-  int st = ::pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+using test::RunCli;
 
 // ---- CLI ----
 
