@@ -47,6 +47,20 @@ void AddEngineFlags(Flags& flags) {
                "--backend cuda");
 }
 
+namespace {
+// A string flag parsed into its enum where the CLI meets the engine; the error names the flag.
+template <typename Parse>
+auto Flag(Parse parse, const Flags& flags, const char* name) -> decltype(parse("")) {
+  auto r = parse(flags.GetString(name));
+  if (r.ok()) return r;
+  // "expert store must be mmap or slots, not 'x'" → "--expert-store must be mmap or slots, ..."
+  const std::string& msg = r.status().message();
+  const size_t must = msg.find(" must be ");
+  if (must == std::string::npos) return Error(r.status().code(), "--{}: {}", name, msg);
+  return Error(r.status().code(), "--{}{}", name, msg.substr(must));
+}
+}  // namespace
+
 Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   EngineOptions o;
   o.model_dir = flags.GetString("model");
@@ -58,13 +72,10 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   if (o.prefill_span < 0)
     return Error(ErrorCode::kInvalidArgument, "--prefill-span must be >= 0, not {}",
                  o.prefill_span);
-  o.expert_store = flags.GetString("expert-store");
-  if (o.expert_store != "mmap" && o.expert_store != "slots")
-    return Error(ErrorCode::kInvalidArgument, "--expert-store must be mmap or slots, not '{}'",
-                 o.expert_store);
+  RW_ASSIGN_OR_RETURN(o.expert_store, Flag(ParseExpertStoreKind, flags, "expert-store"));
   RW_ASSIGN_OR_RETURN(unsigned long long budget,
                       ParseByteSize(flags.GetString("memory-budget"), "--memory-budget"));
-  if (budget > 0 && o.expert_store != "slots")
+  if (budget > 0 && o.expert_store != ExpertStoreKind::kSlots)
     return Error(ErrorCode::kInvalidArgument,
                  "--memory-budget applies to --expert-store slots (mmap leaves memory to the "
                  "kernel; run it in a memory cgroup with scripts/with-memory-limit.sh)");
@@ -73,33 +84,21 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   if (io < 1 || io > 256)
     return Error(ErrorCode::kInvalidArgument, "--io-threads must be in 1..256, not {}", io);
   o.io_threads = static_cast<int>(io);
-  o.io_backend = flags.GetString("io-backend");
-  if (o.io_backend != "auto" && o.io_backend != "io_uring" && o.io_backend != "pread")
-    return Error(ErrorCode::kInvalidArgument,
-                 "--io-backend must be auto, io_uring or pread, not '{}'", o.io_backend);
-  o.early_expert_read = flags.GetString("early-expert-read");
-  if (o.early_expert_read != "off" && o.early_expert_read != "router" &&
-      o.early_expert_read != "fitted")
-    return Error(ErrorCode::kInvalidArgument,
-                 "--early-expert-read must be off, router or fitted, not '{}'",
-                 o.early_expert_read);
+  RW_ASSIGN_OR_RETURN(o.io_backend, Flag(ParseIoBackend, flags, "io-backend"));
+  RW_ASSIGN_OR_RETURN(o.early_expert_read, Flag(ParseEarlyRead, flags, "early-expert-read"));
   const std::string lock = flags.GetString("lock-core");
   if (lock != "on" && lock != "off")
     return Error(ErrorCode::kInvalidArgument, "--lock-core must be on or off, not '{}'", lock);
   o.lock_core = lock == "on";
-  o.backend = flags.GetString("backend");
-  if (o.backend != "cpu" && o.backend != "cuda")
-    return Error(ErrorCode::kInvalidArgument, "--backend must be cpu or cuda, not '{}'", o.backend);
+  RW_ASSIGN_OR_RETURN(o.backend, Flag(ParseBackendKind, flags, "backend"));
+  const bool cuda = o.backend == BackendKind::kCuda;
   RW_ASSIGN_OR_RETURN(unsigned long long vram,
                       ParseByteSize(flags.GetString("vram-budget"), "--vram-budget"));
-  if (vram > 0 && o.backend != "cuda")
+  if (vram > 0 && !cuda)
     return Error(ErrorCode::kInvalidArgument, "--vram-budget applies to --backend cuda");
   o.vram_budget = vram;
-  o.fault_policy = flags.GetString("fault-policy");
-  if (o.fault_policy != "fail-closed" && o.fault_policy != "failover-cpu")
-    return Error(ErrorCode::kInvalidArgument,
-                 "--fault-policy must be fail-closed or failover-cpu, not '{}'", o.fault_policy);
-  if (o.fault_policy == "failover-cpu" && o.backend != "cuda")
+  RW_ASSIGN_OR_RETURN(o.fault_policy, Flag(ParseFaultPolicy, flags, "fault-policy"));
+  if (o.fault_policy == FaultPolicy::kFailoverCpu && !cuda)
     return Error(ErrorCode::kInvalidArgument,
                  "--fault-policy failover-cpu applies to --backend cuda");
   return o;

@@ -517,7 +517,7 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
     }
     c.routing_note = fmt::format("distinct experts per layer over {} decoded tokens (of {})",
                                  routing.tokens(), cfg.num_experts);
-  } else if (engine.backend() == "cuda") {
+  } else if (engine.backend() == BackendKind::kCuda) {
     c.routing_note = "routing is not recorded on the CUDA backend";
   } else {
     c.routing_note = "no routed experts in this model";
@@ -607,7 +607,7 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
   rep.core_bytes_per_token = engine->model().core_bytes_per_token();
   if (!o.memory_probe) {
     rep.memory_note = "off";
-  } else if (engine->backend() != "cpu") {
+  } else if (engine->backend() != BackendKind::kCpu) {
     rep.memory_note = "not run: the weights are in GPU memory";
   } else if (o.cold) {
     // Its 256 MB would crowd the page cache a cold run (often under a memory cap) measures.
@@ -630,7 +630,7 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
   rep.threads = engine->pool() != nullptr ? engine->pool()->size() : 1;
   rep.prefill_chunk = engine->prefill_chunk();
   rep.prefill_span = engine->prefill_span();
-  rep.backend = engine->backend();
+  rep.backend = BackendName(engine->backend());
   rep.cuda_experts = engine->cuda_expert_path();
   const ExpertStore* store = engine->model().experts();
   rep.expert_store = store != nullptr ? store->kind() : "none";

@@ -121,7 +121,7 @@ Json BenchReportToJson(const BenchReport& r) {
                   {"io_threads", o.engine.io_threads},
                   {"io_backend", r.io_backend},
                   {"core_lock", r.core_lock},
-                  {"early_expert_read", o.engine.early_expert_read},
+                  {"early_expert_read", EarlyReadName(o.engine.early_expert_read)},
                   {"threads", r.threads},
                   {"prefill_chunk", r.prefill_chunk},
                   {"prefill_span", r.prefill_span},
@@ -230,7 +230,7 @@ std::string BenchReportTable(const BenchReport& r) {
           : std::string(r.backend == "cuda" ? " (every expert resident in VRAM)" : "")));
   line(fmt::format("store {} ({}, {} reads in flight, early reads {}), {} threads{}; load {:.2f} s",
                    r.expert_store, r.io_backend, r.options.engine.io_threads,
-                   r.options.engine.early_expert_read, r.threads,
+                   EarlyReadName(r.options.engine.early_expert_read), r.threads,
                    r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
   line(fmt::format(
       "prefill: chunks of {} tokens{}", r.prefill_chunk,

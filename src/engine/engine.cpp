@@ -1,29 +1,14 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "base/file.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "base/trace.h"
-#include "engine/bench.h"
 #include "format/model_dir.h"
 #include "model/gemma4_weights.h"
 #include "sample/sampler.h"
-
-#ifdef REDWING_HAVE_CUDA
-#include "backend/cuda/activity_trace.h"
-#include "backend/cuda/cuda.h"
-#include "runtime/cuda_forward.h"
-#include "runtime/cuda_model.h"
-#else
-namespace rw {
-// Never built without CUDA; complete so the unique_ptr members can be destroyed.
-class CudaModel {};
-class CudaForwardPass {};
-}  // namespace rw
-#endif
 
 namespace rw {
 
@@ -43,28 +28,17 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   // cache (decode 103 → 95 tok/s at 4G on an H200 for prefill 736 → 2,003 tok/s).
   const int64_t chunk = o.prefill_chunk > 0
                             ? o.prefill_chunk
-                            : (o.backend == "cuda" && o.vram_budget > 0 ? 128 : 512);
+                            : (o.backend == BackendKind::kCuda && o.vram_budget > 0 ? 128 : 512);
   if (o.prefill_span < 0)
     return Error(ErrorCode::kInvalidArgument, "prefill span must be >= 0 tokens, not {}",
                  o.prefill_span);
   if (o.threads < 0 || o.threads > 1024)
     return Error(ErrorCode::kInvalidArgument, "bad thread count {}", o.threads);
-  if (o.backend != "cpu" && o.backend != "cuda")
-    return Error(ErrorCode::kInvalidArgument, "backend must be cpu or cuda, not '{}'", o.backend);
-#ifdef REDWING_HAVE_CUDA
-  if (o.backend == "cuda") RW_RETURN_IF_ERROR(cuda::DeviceStatus().Annotate("--backend cuda"));
-#else
-  if (o.backend == "cuda")
-    return Error(ErrorCode::kUnsupported,
-                 "--backend cuda: this redwing was built without CUDA (no nvcc found at build "
-                 "time)");
-#endif
-  if (o.vram_budget > 0 && o.backend != "cuda")
+  const bool cuda = o.backend == BackendKind::kCuda;
+  if (cuda) RW_RETURN_IF_ERROR(CudaBackendAvailable().Annotate("--backend cuda"));
+  if (o.vram_budget > 0 && !cuda)
     return Error(ErrorCode::kInvalidArgument, "--vram-budget applies to --backend cuda");
-  if (o.fault_policy != "fail-closed" && o.fault_policy != "failover-cpu")
-    return Error(ErrorCode::kInvalidArgument,
-                 "--fault-policy must be fail-closed or failover-cpu, not '{}'", o.fault_policy);
-  if (o.fault_policy == "failover-cpu" && o.backend != "cuda")
+  if (o.fault_policy == FaultPolicy::kFailoverCpu && !cuda)
     return Error(ErrorCode::kInvalidArgument,
                  "--fault-policy failover-cpu applies to --backend cuda (the CPU backend has no "
                  "GPU to fail over from)");
@@ -80,7 +54,7 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   mo.prefill_chunk = chunk;
   // A span no longer than a chunk is just a chunk; none can exceed the context.
   const int64_t span = std::min(o.prefill_span, mo.max_context);
-  mo.prefill_span = o.backend == "cpu" && span > chunk ? span : 0;
+  mo.prefill_span = !cuda && span > chunk ? span : 0;
   RW_ASSIGN_OR_RETURN(e->model_, RuntimeModel::Open(o.model_dir, mo));
   e->max_context_ = std::min<int64_t>(o.max_context, e->model_->config().max_position_embeddings);
   e->prefill_chunk_ = std::min(chunk, e->max_context_);
@@ -92,36 +66,19 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   } else {
     e->pool_ = &ThreadPool::Default();
   }
-#ifdef REDWING_HAVE_CUDA
-  if (o.backend == "cuda") {
-    CudaModelOptions co;
+  if (cuda) {
+    CudaBackendOptions co;
     co.vram_budget = o.vram_budget;
     co.max_context = e->max_context_;
     co.prefill_chunk = e->prefill_chunk_;
-    // Environment overrides, to compare the expert paths without a flag.
-    std::string path = o.cuda_experts;
-    if (const char* env = std::getenv("REDWING_CUDA_EXPERTS")) path = env;
-    if (path != "auto" && path != "mapped" && path != "copy")
-      return Error(ErrorCode::kInvalidArgument,
-                   "CUDA expert path must be auto, mapped or copy, not '{}'", path);
-    co.experts.mapped = path != "copy";
-    co.experts.max_promotions = o.cuda_promotions;
-    if (const char* env = std::getenv("REDWING_CUDA_PROMOTIONS"))
-      co.experts.max_promotions = std::atoi(env);
-    co.experts.prefill_in_place = o.cuda_prefill_in_place;
-    if (const char* env = std::getenv("REDWING_CUDA_PREFILL_EXPERTS"))
-      co.experts.prefill_in_place = std::string(env) == "mapped";
-    // A trace that records events gets the GPU's kernels and copies too (from the upload on).
-    if ((trace::CurrentMode() & trace::kEvents) != 0)
-      if (Status s = cuda::StartActivityTrace(); !s.ok()) RW_LOG_WARN("trace: {}", s.ToString());
-    RW_ASSIGN_OR_RETURN(e->cuda_model_, CudaModel::Upload(*e->model_, co, e->pool_));
+    co.graphs = o.cuda_graphs;
+    co.experts = o.cuda_experts;
+    co.promotions = o.cuda_promotions;
+    co.prefill_in_place = o.cuda_prefill_in_place;
+    RW_ASSIGN_OR_RETURN(e->device_, UploadCudaModel(*e->model_, co, e->pool_));
   }
-#endif
   e->backend_ = o.backend;
   e->fault_policy_ = o.fault_policy;
-  // REDWING_CUDA_GRAPHS=0 turns graphs off without a flag (to measure what they save).
-  const char* graphs_env = std::getenv("REDWING_CUDA_GRAPHS");
-  e->cuda_graphs_ = o.cuda_graphs && !(graphs_env != nullptr && std::string(graphs_env) == "0");
   e->stop_ids_ = e->model_->config().eos_token_ids;
   if (o.load_tokenizer) {
     e->text_status_ = e->LoadText(o.model_dir);
@@ -169,29 +126,11 @@ Status Engine::LoadText(const std::string& dir) {
 }
 
 std::string Engine::cuda_expert_path() const {
-#ifdef REDWING_HAVE_CUDA
-  if (cuda_model_ != nullptr) return cuda_model_->expert_path();
-#endif
-  return "";
+  return device_ != nullptr ? device_->expert_path() : std::string();
 }
 
 ExpertStoreStats Engine::expert_stats() const {
-#ifdef REDWING_HAVE_CUDA
-  if (cuda_model_ != nullptr) {
-    ExpertStoreStats out;
-    if (const CudaExpertCache* c = cuda_model_->experts()) {
-      const CudaExpertCacheStats cs = c->stats();
-      out.acquires = cs.requests;
-      out.hits = cs.hits;
-      out.misses = cs.misses;
-      // Host → GPU over PCIe: copies into VRAM, plus the mapped path's in-place reads.
-      out.bytes_read = cs.bytes_copied + cs.bytes_mapped;
-      out.prefetches = cs.promotions;  // mapped: copies ahead of demand
-      out.wait_seconds = cs.fill_seconds;
-    }
-    return out;
-  }
-#endif
+  if (device_ != nullptr) return device_->expert_stats();
   const ExpertStore* s = model_->experts();
   return s != nullptr ? s->stats() : ExpertStoreStats{};
 }
@@ -201,66 +140,48 @@ std::unique_ptr<Session> Engine::NewSession() const {
 }
 
 Session::Session(std::shared_ptr<const Engine> engine) : engine_(std::move(engine)) {
-#ifdef REDWING_HAVE_CUDA
-  const CudaModel* cm = engine_->cuda_model();
-  if (cm != nullptr && !engine_->gpu_dropped()) {
-    auto f = CudaForwardPass::Create(*cm, engine_->max_context(), engine_->prefill_chunk());
-    if (f.ok()) {
-      cuda_ = std::move(*f);
-      cuda_->set_use_graphs(engine_->cuda_graphs());
-      sliding_capacity_ = cuda_->sliding_capacity();
+  const DeviceModel* device = engine_->device_model();
+  if (device != nullptr && !engine_->gpu_dropped()) {
+    auto b = device->NewBackend(engine_->max_context(), engine_->prefill_chunk());
+    if (b.ok()) {
+      backend_ = std::move(*b);
       return;
     }
-    if (f.status().code() != ErrorCode::kDevice || engine_->fault_policy() != "failover-cpu") {
-      init_ = f.status();
+    if (b.status().code() != ErrorCode::kDevice ||
+        engine_->fault_policy() != FaultPolicy::kFailoverCpu) {
+      init_ = b.status();
       return;
     }
     RW_LOG_WARN("{}; --fault-policy failover-cpu: the GPU is dropped, sessions run on the CPU",
-                f.status().message());
+                b.status().message());
     engine_->gpu_dropped_.store(true);
   }
-#endif
-  BuildCpu();
+  backend_ = NewCpu();
 }
 
-void Session::BuildCpu() {
-  kv_ = std::make_unique<KvCache>(engine_->config(), engine_->max_context(),
-                                  engine_->prefill_chunk());
-  fwd_ = std::make_unique<ForwardPass>(engine_->model(), engine_->prefill_chunk());
-  sliding_capacity_ = kv_->sliding_capacity();
+std::unique_ptr<ForwardBackend> Session::NewCpu() const {
+  return NewCpuBackend(engine_->model(), engine_->max_context(), engine_->prefill_chunk(),
+                       engine_->pool());
 }
 
 uint64_t Session::host_syncs() const {
-#ifdef REDWING_HAVE_CUDA
-  if (cuda_) return gpu_syncs_ + cuda_->host_syncs();
-#endif
-  return gpu_syncs_;
+  return gpu_syncs_ + (backend_ ? backend_->host_syncs() : 0);
 }
 
 bool Session::on_gpu() const {
-#ifdef REDWING_HAVE_CUDA
-  return cuda_ != nullptr;
-#else
-  return false;
-#endif
+  return backend_ && backend_->kind() != BackendKind::kCpu;
 }
 
 Status Session::RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits,
                          ForwardStats* st, const std::atomic<bool>* cancel) {
-#ifdef REDWING_HAVE_CUDA
-  if (cuda_) {
-    Status s = cuda_->Run(ids, m, position(), rows, logits, st);
-    if (s.code() == ErrorCode::kDevice) return OnGpuFault(s, ids, m, rows, logits, st);
-    return s;
-  }
-#endif
-  return fwd_->Run(*kv_, ids, m, position(), rows, logits, engine_->pool(), st, cancel);
+  Status s = backend_->Run(ids, m, position(), rows, logits, st, cancel);
+  if (s.code() == ErrorCode::kDevice) return OnDeviceFault(s, ids, m, rows, logits, st);
+  return s;
 }
 
-Status Session::OnGpuFault(const Status& fault, const int* ids, int64_t m, LogitsRows rows,
-                           float* logits, ForwardStats* st) {
-#ifdef REDWING_HAVE_CUDA
-  if (engine_->fault_policy() != "failover-cpu") {
+Status Session::OnDeviceFault(const Status& fault, const int* ids, int64_t m, LogitsRows rows,
+                              float* logits, ForwardStats* st) {
+  if (engine_->fault_policy() != FaultPolicy::kFailoverCpu || !on_gpu()) {
     // Nothing crashes and nothing more runs: the device's cache may be half written.
     closed_ =
         Error(ErrorCode::kDevice,
@@ -271,53 +192,45 @@ Status Session::OnGpuFault(const Status& fault, const int* ids, int64_t m, Logit
                  fault.message());
   }
   const int64_t pos0 = position();
-  const int layer = cuda_->resume_layer();
-  gpu_syncs_ += cuda_->host_syncs();
-  BuildCpu();
-  // What the device still holds: the K/V of every position so far (the failed call's too, for
-  // the layers before `layer`) and the residual entering `layer`.
+  gpu_syncs_ += backend_->host_syncs();
+  std::unique_ptr<ForwardBackend> cpu = NewCpu();
+  // Keep capturing the same layers on the CPU.
+  if (!backend_->capture().layers.empty())
+    RW_RETURN_IF_ERROR(cpu->SetCapture(backend_->capture().layers));
   std::vector<float> x;
-  Status read = cuda_->DownloadKv(*kv_, pos0 + m);
-  if (read.ok() && layer >= 0) {
-    x.resize(static_cast<size_t>(m * engine_->config().hidden_size));
-    read = cuda_->DownloadResidual(m, x.data());
-  }
-  cuda_.reset();
+  Result<int> layer = backend_->HandOver(*cpu, pos0, m, &x);
+  backend_ = std::move(cpu);
   failed_over_ = true;
   engine_->gpu_dropped_.store(true);
-  ThreadPool* pool = engine_->pool();
-  if (read.ok()) {
+  if (layer.ok()) {
+    const int l = *layer;
     RW_LOG_WARN(
         "{}; --fault-policy failover-cpu: the GPU is dropped and this session continues on the "
         "CPU from {} of the call at position {}",
         fault.message(),
-        layer < 0                              ? std::string("the embedding")
-        : layer < engine_->config().num_layers ? fmt::format("layer {}", layer)
-                                               : std::string("the head"),
+        l < 0                              ? std::string("the embedding")
+        : l < engine_->config().num_layers ? fmt::format("layer {}", l)
+                                           : std::string("the head"),
         pos0);
-    if (layer >= 0) return fwd_->RunFrom(*kv_, x.data(), layer, m, pos0, rows, logits, pool, st);
-    return fwd_->Run(*kv_, ids, m, pos0, rows, logits, pool, st);
+    if (l >= 0) return backend_->RunFrom(x.data(), l, m, pos0, rows, logits, st);
+    return backend_->Run(ids, m, pos0, rows, logits, st, nullptr);
   }
   RW_LOG_WARN(
       "{}; --fault-policy failover-cpu: the GPU is dropped and cannot be read back ({}), so this "
       "session runs its {} earlier tokens again on the CPU",
-      fault.message(), read.message(), pos0);
+      fault.message(), layer.status().message(), pos0);
   // The same calls as before, so the cache holds what a session on the CPU all along would.
   int64_t p = 0;
   for (const int32_t n : calls_) {
-    Status replay = fwd_->Run(*kv_, &tokens_[static_cast<size_t>(p)], n, p, LogitsRows::kNone,
-                              nullptr, pool, nullptr);
+    Status replay = backend_->Run(&tokens_[static_cast<size_t>(p)], n, p, LogitsRows::kNone,
+                                  nullptr, nullptr, nullptr);
     if (!replay.ok()) {
       closed_ = replay.Annotate("this session could not rebuild its cache on the CPU");
       return closed_;
     }
     p += n;
   }
-  return fwd_->Run(*kv_, ids, m, pos0, rows, logits, pool, st);
-#else
-  (void)ids, (void)m, (void)rows, (void)logits, (void)st;
-  return fault;
-#endif
+  return backend_->Run(ids, m, pos0, rows, logits, st, nullptr);
 }
 
 Status Session::Check(std::span<const int> ids) const {
@@ -343,7 +256,7 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
   const int64_t n = static_cast<int64_t>(ids.size()), V = engine_->config().vocab_size;
   const int64_t chunk = engine_->prefill_chunk();
   // Layer-major spans on the CPU when the input is longer than a chunk.
-  const int64_t span = fwd_ && n > chunk ? engine_->prefill_span() : 0;
+  const int64_t span = backend_->layer_major() && n > chunk ? engine_->prefill_span() : 0;
   const int64_t step = span > 0 ? span : chunk;
   std::vector<float> logits(static_cast<size_t>((all_logits ? n : 1) * V));
   CallStats call;
@@ -357,8 +270,7 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
         all_logits ? LogitsRows::kAll : (last ? LogitsRows::kLast : LogitsRows::kNone);
     float* out = all_logits ? &logits[i * V] : logits.data();
     if (span > 0 && m > 1) {
-      Status st = fwd_->RunLayerMajor(*kv_, &ids[i], m, position(), rows, out, engine_->pool(),
-                                      &call.parts, cancel);
+      Status st = backend_->RunLayerMajor(&ids[i], m, position(), rows, out, &call.parts, cancel);
       if (!st.ok()) {
         // Layers before the failing one hold the span's positions and the rest do not: no
         // prefix of the timeline is intact in every layer, so start over.
@@ -402,6 +314,30 @@ Result<std::vector<float>> Session::Decode(int id) {
   return logits;
 }
 
+Result<std::vector<float>> Session::Verify(std::span<const int> ids) {
+  RW_RETURN_IF_ERROR(init_);
+  RW_RETURN_IF_ERROR(closed_);
+  RW_RETURN_IF_ERROR(Check(ids));
+  const int64_t k = static_cast<int64_t>(ids.size());
+  if (k > backend_->max_chunk())
+    return Error(ErrorCode::kInvalidArgument, "verify of {} tokens: at most {} in one call", k,
+                 backend_->max_chunk());
+  std::vector<float> logits(static_cast<size_t>(k * engine_->config().vocab_size));
+  CallStats call;
+  Stopwatch sw;
+  Status s = backend_->Verify(ids.data(), k, position(), logits.data(), &call.parts);
+  if (s.code() == ErrorCode::kDevice)
+    s = OnDeviceFault(s, ids.data(), k, LogitsRows::kAll, logits.data(), &call.parts);
+  RW_RETURN_IF_ERROR(s);
+  tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+  calls_.push_back(static_cast<int32_t>(k));
+  call.seconds = sw.Seconds();
+  call.tokens = k;
+  last_ = call;
+  decode_total_.Add(call);
+  return logits;
+}
+
 bool Session::samples_on_device() const {
   return on_gpu();  // the draw runs wherever the forward pass does
 }
@@ -427,20 +363,17 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature,
   context.push_back(id);
   // After a failover the CPU's logits and the same draw on the host (Sampler).
   std::vector<float> logits;
-#ifdef REDWING_HAVE_CUDA
-  if (cuda_) {
+  if (backend_->samples_on_device()) {
     const std::vector<int32_t> penalized = PenaltyIds(repetition_penalty, context);
-    cuda_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
-    Status s =
-        cuda_->RunAndSample(id, position(), seed, temperature, position() + 1, &next, &call.parts);
+    backend_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
+    Status s = backend_->RunAndSample(id, position(), seed, temperature, position() + 1, &next,
+                                      &call.parts);
     if (s.code() == ErrorCode::kDevice) {
       logits.resize(static_cast<size_t>(engine_->config().vocab_size));
-      s = OnGpuFault(s, &id, 1, LogitsRows::kLast, logits.data(), &call.parts);
+      s = OnDeviceFault(s, &id, 1, LogitsRows::kLast, logits.data(), &call.parts);
     }
     RW_RETURN_IF_ERROR(s);
-  } else
-#endif
-  {
+  } else {
     logits.resize(static_cast<size_t>(engine_->config().vocab_size));
     RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
   }
@@ -475,25 +408,24 @@ Status Session::DecodeTopK(int id, int k, float repetition_penalty, TopKStep* ou
   std::vector<int> context = tokens_;
   context.push_back(id);
   bool host_row = true;
-#ifdef REDWING_HAVE_CUDA
-  static_assert(kMaxDeviceTopK == CudaForwardPass::kMaxTopK);
-  if (cuda_) {
+  if (backend_->samples_on_device()) {
+    if (k > backend_->max_top_k())
+      return Error(ErrorCode::kInvalidArgument, "top-k on the device needs k <= {}, got {}",
+                   backend_->max_top_k(), k);
     const std::vector<int32_t> penalized = PenaltyIds(repetition_penalty, context);
-    cuda_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
+    backend_->SetPenalty(repetition_penalty, penalized);  // read by the Run call below
     Status s =
-        cuda_->RunAndTopK(id, position(), k, &out->ids, &out->values, &out->logits, &call.parts);
+        backend_->RunAndTopK(id, position(), k, &out->ids, &out->values, &out->logits, &call.parts);
     host_row = false;
     if (s.code() == ErrorCode::kDevice) {
       out->ids.clear();
       out->values.clear();
       out->logits.resize(static_cast<size_t>(engine_->config().vocab_size));
-      s = OnGpuFault(s, &id, 1, LogitsRows::kLast, out->logits.data(), &call.parts);
+      s = OnDeviceFault(s, &id, 1, LogitsRows::kLast, out->logits.data(), &call.parts);
       host_row = true;
     }
     RW_RETURN_IF_ERROR(s);
-  } else
-#endif
-  {
+  } else {
     out->logits.resize(static_cast<size_t>(engine_->config().vocab_size));
     RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, out->logits.data(), &call.parts));
   }
@@ -510,12 +442,8 @@ void Session::Reset() {
 }
 
 bool Session::CanRewind(int64_t pos) const {
-  if (pos < 0 || pos > position()) return false;
-  const int64_t cap = sliding_capacity_, window = engine_->config().sliding_window;
-  if (cap == 0) return true;
-  // Ring slots hold positions [position − cap, position); the next query at pos needs
-  // [pos − window + 1, pos).
-  return std::max<int64_t>(0, pos - window + 1) >= std::max<int64_t>(0, position() - cap);
+  return backend_ != nullptr &&
+         backend_->CanTruncate(position(), pos, engine_->config().sliding_window);
 }
 
 Status Session::Rewind(int64_t pos) {
@@ -524,6 +452,7 @@ Status Session::Rewind(int64_t pos) {
         ErrorCode::kOutOfRange,
         "cannot rewind from position {} to {}: the sliding-window cache no longer holds it",
         position(), pos);
+  RW_RETURN_IF_ERROR(backend_->Truncate(pos));
   tokens_.resize(static_cast<size_t>(pos));
   // calls_ keeps summing to position(): the call that pos cuts stays in part.
   int64_t sum = 0;

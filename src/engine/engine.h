@@ -19,6 +19,7 @@
 #include "chat/chat_template.h"
 #include "format/model_config.h"
 #include "runtime/forward.h"
+#include "runtime/forward_backend.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rw {
@@ -39,41 +40,35 @@ struct EngineOptions {
   // Load <model_dir>/tokenizer.json and the chat template. Without them only token ids work; a
   // damaged tokenizer is reported when text is asked for, not at load.
   bool load_tokenizer = true;
-  // Routed experts: "mmap" (the page cache holds them) or "slots" (private slots sized by
+  // Routed experts: mmap (the page cache holds them) or slots (private slots sized by
   // memory_budget, read with parallel preads).
-  std::string expert_store = "mmap";
-  uint64_t memory_budget = 0;       // slots: bytes for core + KV + scratch + slots (0: no limit)
-  int io_threads = 8;               // expert reads in flight
-  std::string io_backend = "auto";  // auto | io_uring | pread
-  // Early reads for the next layer's experts: "off", "router" (the next layer's router applied
-  // to the current hidden state, one token at a time) or "fitted" (the model directory's
-  // expert_predictor.bin).
-  std::string early_expert_read = "off";
+  ExpertStoreKind expert_store = ExpertStoreKind::kMmap;
+  uint64_t memory_budget = 0;  // slots: bytes for core + KV + scratch + slots (0: no limit)
+  int io_threads = 8;          // expert reads in flight
+  IoBackend io_backend = IoBackend::kAuto;
+  // Early reads for the next layer's experts (one token at a time).
+  EarlyRead early_expert_read = EarlyRead::kOff;
   // Lock the core weights in memory (see ModelOpenOptions::lock_core).
   bool lock_core = true;
-  // Where the forward pass runs: "cpu" or "cuda" (needs a CUDA build and a usable GPU).
-  std::string backend = "cpu";
+  // Where the forward pass runs (cuda needs a CUDA build and a usable GPU).
+  BackendKind backend = BackendKind::kCpu;
   // cuda: bytes of GPU memory for the core, KV cache, scratch and the VRAM expert cache (0: every
   // expert resident).
   uint64_t vram_budget = 0;
   bool cuda_graphs = true;  // cuda: replay decode steps from a CUDA graph where possible
-  // cuda, under a budget: "mapped" (kernels read experts missing from VRAM in place from pinned
-  // host memory; needs the mmap store, else copy), "copy" (misses copied into VRAM before each
-  // layer runs), or "auto" (mapped where possible). REDWING_CUDA_EXPERTS=mapped|copy overrides.
-  std::string cuda_experts = "auto";
+  // cuda, under a budget: how experts missing from VRAM reach the kernels (CudaExpertPath).
+  // REDWING_CUDA_EXPERTS=mapped|copy overrides.
+  CudaExpertPath cuda_experts = CudaExpertPath::kAuto;
   // cuda, mapped: experts promoted into VRAM slots per call at most (REDWING_CUDA_PROMOTIONS).
   int cuda_promotions = 16;
   // cuda, mapped: prefill reads missing experts in place instead of copying a chunk's experts
   // into VRAM (REDWING_CUDA_PREFILL_EXPERTS=mapped|copy overrides).
   bool cuda_prefill_in_place = false;
-  // cuda: what a CUDA error in a Prefill/Decode does. "fail-closed": the call returns the error
-  // and the session refuses further work. "failover-cpu": the session finishes the call on the
+  // cuda: what a CUDA error in a Prefill/Decode does. kFailClosed: the call returns the error
+  // and the session refuses further work. kFailoverCpu: the session finishes the call on the
   // CPU from the layer that failed and stays on the CPU; later sessions start there.
-  std::string fault_policy = "fail-closed";
+  FaultPolicy fault_policy = FaultPolicy::kFailClosed;
 };
-
-class CudaModel;
-class CudaForwardPass;
 
 class Session;
 
@@ -102,15 +97,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Tokens per layer-major prefill call (0: chunk by chunk; the CUDA backend always is).
   int64_t prefill_span() const { return prefill_span_; }
   ThreadPool* pool() const { return pool_; }
-  // "cpu" or "cuda".
-  const std::string& backend() const { return backend_; }
-  // The weights on the GPU (null on the CPU backend).
-  const CudaModel* cuda_model() const { return cuda_model_.get(); }
-  bool cuda_graphs() const { return cuda_graphs_; }
+  BackendKind backend() const { return backend_; }
+  // The device backend's weights (null on the CPU backend).
+  const DeviceModel* device_model() const { return device_.get(); }
   // How routed experts reach the GPU's kernels: "resident", "mapped" or "copy" ("" on the CPU).
   std::string cuda_expert_path() const;
-  // "fail-closed" or "failover-cpu" (EngineOptions::fault_policy).
-  const std::string& fault_policy() const { return fault_policy_; }
+  FaultPolicy fault_policy() const { return fault_policy_; }
   // Whether a CUDA error made a session fail over (failover-cpu): sessions created since run on
   // the CPU. Sessions already on the GPU stay there until they fail themselves.
   bool gpu_dropped() const { return gpu_dropped_.load(); }
@@ -133,10 +125,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine() = default;
   Status LoadText(const std::string& model_dir);
   std::unique_ptr<RuntimeModel> model_;
-  std::unique_ptr<CudaModel> cuda_model_;
-  std::string backend_ = "cpu";
-  bool cuda_graphs_ = true;
-  std::string fault_policy_ = "fail-closed";
+  std::unique_ptr<DeviceModel> device_;
+  BackendKind backend_ = BackendKind::kCpu;
+  FaultPolicy fault_policy_ = FaultPolicy::kFailClosed;
   mutable std::atomic<bool> gpu_dropped_{false};  // set by a Session failing over
   friend class Session;
   std::unique_ptr<ThreadPool> own_pool_;
@@ -176,6 +167,10 @@ class Session {
                                      const std::atomic<bool>* cancel = nullptr);
   // Appends one token; returns its logits [vocab].
   Result<std::vector<float>> Decode(int id);
+  // Speculative decoding's verify: appends ids (the last accepted token, then drafts; at most
+  // Engine::prefill_chunk() of them) in one forward call and returns their logits
+  // [ids.size()][vocab]. Rewind drops the rejected ones afterwards.
+  Result<std::vector<float>> Verify(std::span<const int> ids);
   // Whether DecodeSampled is available, and DecodeTopK cuts on the device: the CUDA backend.
   bool samples_on_device() const;
   // Appends one token and returns the next one drawn on the device at `temperature` (> 0) with
@@ -210,12 +205,14 @@ class Session {
   // Records the experts every layer chooses for every token run from now on (null: stop).
   // (CPU backend only.)
   void set_routing_trace(RoutingTrace* trace) {
-    if (fwd_) fwd_->set_routing_trace(trace);
+    if (backend_) backend_->set_routing_trace(trace);
   }
   // Calls hook(layer) before every decoder layer the CPU forward pass runs (tests).
   void set_before_layer(std::function<void(int layer)> hook) {
-    if (fwd_) fwd_->set_before_layer(std::move(hook));
+    if (backend_) backend_->set_before_layer(std::move(hook));
   }
+  // The backend this session runs on (null when it could not be built: Prefill says why).
+  ForwardBackend* backend() { return backend_.get(); }
   // Times this session's forward pass waited for the GPU (0 on the CPU backend).
   uint64_t host_syncs() const;
   // Whether this session runs on the GPU (false on the CPU backend and after a failover).
@@ -238,23 +235,20 @@ class Session {
   // `cancel` (may be null) is polled before every layer on the CPU; the GPU runs a chunk whole.
   Status RunChunk(const int* ids, int64_t m, LogitsRows rows, float* logits, ForwardStats* st,
                   const std::atomic<bool>* cancel = nullptr);
-  void BuildCpu();
-  // The call at position() (ids[0..m)) met a CUDA error: close the session, or finish the call
-  // on the CPU and stay there (the engine's fault policy).
-  Status OnGpuFault(const Status& fault, const int* ids, int64_t m, LogitsRows rows, float* logits,
-                    ForwardStats* st);
+  std::unique_ptr<ForwardBackend> NewCpu() const;
+  // The call at position() (ids[0..m)) met a device error: close the session, or finish the
+  // call on the CPU and stay there (the engine's fault policy).
+  Status OnDeviceFault(const Status& fault, const int* ids, int64_t m, LogitsRows rows,
+                       float* logits, ForwardStats* st);
 
   std::shared_ptr<const Engine> engine_;
-  // One of the two backends: the CPU pass with its KV cache, or the CUDA pass (which holds its
-  // KV cache on the GPU). init_ says why the chosen one could not be built.
-  std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<ForwardPass> fwd_;
-  std::unique_ptr<CudaForwardPass> cuda_;
+  // The forward pass and its KV cache (the CPU's, or a device's). init_ says why the chosen one
+  // could not be built.
+  std::unique_ptr<ForwardBackend> backend_;
   Status init_;
   Status closed_;             // fail-closed: why the session refuses work
   bool failed_over_ = false;  // moved from the GPU to the CPU
   uint64_t gpu_syncs_ = 0;    // host_syncs() of the GPU pass before a failover
-  int64_t sliding_capacity_ = 0;
   std::vector<int> tokens_;
   // The size of every forward call that made tokens_ (summing to position()), so a failover
   // that cannot read the GPU back replays the same calls on the CPU.

@@ -20,10 +20,18 @@ Result<std::unique_ptr<ExpertStore>> OpenExpertStore(const ModelDir& dir,
   if (options.io_threads < 1 || options.io_threads > 256)
     return Error(ErrorCode::kInvalidArgument, "I/O threads must be in 1..256, not {}",
                  options.io_threads);
-  if (options.kind == "mmap") return OpenMmapExpertStore(dir, options);
-  if (options.kind == "slots") return OpenSlotExpertStore(dir, options);
-  return Error(ErrorCode::kInvalidArgument, "unknown expert store '{}' (mmap or slots)",
-               options.kind);
+  if (options.kind == ExpertStoreKind::kSlots) return OpenSlotExpertStore(dir, options);
+  return OpenMmapExpertStore(dir, options);
+}
+
+const char* ExpertStoreKindName(ExpertStoreKind kind) {
+  return kind == ExpertStoreKind::kSlots ? "slots" : "mmap";
+}
+
+Result<ExpertStoreKind> ParseExpertStoreKind(std::string_view name) {
+  if (name == "mmap") return ExpertStoreKind::kMmap;
+  if (name == "slots") return ExpertStoreKind::kSlots;
+  return Error(ErrorCode::kInvalidArgument, "expert store must be mmap or slots, not '{}'", name);
 }
 
 }  // namespace rw

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/read_queue.h"
 #include "format/model_dir.h"
 
 namespace rw {
@@ -40,12 +41,18 @@ struct ExpertStoreStats {
   double wait_seconds = 0;  // time compute spent waiting for reads
 };
 
+// Where routed experts live: kMmap (the page cache holds them) or kSlots (private slots sized
+// by a memory budget, read with parallel preads).
+enum class ExpertStoreKind { kMmap, kSlots };
+const char* ExpertStoreKindName(ExpertStoreKind kind);  // "mmap" | "slots"
+Result<ExpertStoreKind> ParseExpertStoreKind(std::string_view name);
+
 struct ExpertStoreOptions {
-  std::string kind = "mmap";        // mmap | slots
-  int slots_per_layer = 0;          // slots: experts held per layer (from the memory planner)
-  int io_threads = 8;               // reads in flight
-  std::string io_backend = "auto";  // auto (io_uring if the kernel allows) | io_uring | pread
-  bool verify = true;               // XXH3 of every blob read from storage
+  ExpertStoreKind kind = ExpertStoreKind::kMmap;
+  int slots_per_layer = 0;  // slots: experts held per layer (from the memory planner)
+  int io_threads = 8;       // reads in flight
+  IoBackend io_backend = IoBackend::kAuto;
+  bool verify = true;  // XXH3 of every blob read from storage
 };
 
 class ExpertStore {

@@ -294,15 +294,32 @@ class UringQueue final : public QueueBase {
 
 }  // namespace
 
-Result<std::unique_ptr<ReadQueue>> ReadQueue::Create(const std::string& backend, int depth) {
-  if (backend != "auto" && backend != "io_uring" && backend != "pread")
-    return Error(ErrorCode::kInvalidArgument, "unknown I/O backend '{}' (auto, io_uring, pread)",
-                 backend);
-  if (backend != "pread") {
+const char* IoBackendName(IoBackend backend) {
+  switch (backend) {
+    case IoBackend::kIoUring:
+      return "io_uring";
+    case IoBackend::kPread:
+      return "pread";
+    case IoBackend::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+Result<IoBackend> ParseIoBackend(std::string_view name) {
+  if (name == "auto") return IoBackend::kAuto;
+  if (name == "io_uring") return IoBackend::kIoUring;
+  if (name == "pread") return IoBackend::kPread;
+  return Error(ErrorCode::kInvalidArgument, "I/O backend must be auto, io_uring or pread, not '{}'",
+               name);
+}
+
+Result<std::unique_ptr<ReadQueue>> ReadQueue::Create(IoBackend backend, int depth) {
+  if (backend != IoBackend::kPread) {
     auto q = std::make_unique<UringQueue>();
     Status st = q->Init(depth);
     if (st.ok()) return std::unique_ptr<ReadQueue>(std::move(q));
-    if (backend == "io_uring") return st;
+    if (backend == IoBackend::kIoUring) return st;
     RW_LOG_DEBUG("io_uring unavailable ({}); expert reads use pread threads", st.message());
   }
   return std::unique_ptr<ReadQueue>(std::make_unique<PreadQueue>(depth));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
@@ -23,6 +24,12 @@ struct ReadJob {
   std::function<void(const Status& status, const uint8_t* data)> done;
 };
 
+// How expert reads reach the disk: kIoUring (one thread keeps reads in flight), kPread (a pool
+// of threads), kAuto (io_uring where the kernel allows it, else pread).
+enum class IoBackend { kAuto, kIoUring, kPread };
+const char* IoBackendName(IoBackend backend);  // "auto" | "io_uring" | "pread"
+Result<IoBackend> ParseIoBackend(std::string_view name);
+
 class ReadQueue {
  public:
   virtual ~ReadQueue() = default;
@@ -32,8 +39,8 @@ class ReadQueue {
   virtual bool Promote(uint64_t id) = 0;
   virtual const char* backend() const = 0;  // "io_uring" or "pread"
 
-  // backend: "auto", "io_uring" or "pread". Pending jobs finish before destruction.
-  static Result<std::unique_ptr<ReadQueue>> Create(const std::string& backend, int depth);
+  // Pending jobs finish before destruction.
+  static Result<std::unique_ptr<ReadQueue>> Create(IoBackend backend, int depth);
 };
 
 }  // namespace rw

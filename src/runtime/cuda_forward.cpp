@@ -79,7 +79,8 @@ CudaForwardPass::~CudaForwardPass() {
   for (void* p :
        {static_cast<void*>(h_params_), static_cast<void*>(h_plan_), static_cast<void*>(h_ptrs_),
         static_cast<void*>(h_idx_), static_cast<void*>(h_logits_), static_cast<void*>(h_token_),
-        static_cast<void*>(h_route_), static_cast<void*>(h_cand_), static_cast<void*>(h_penalty_)})
+        static_cast<void*>(h_route_), static_cast<void*>(h_cand_), static_cast<void*>(h_penalty_),
+        static_cast<void*>(h_capture_)})
     if (p != nullptr) cudaFreeHost(p);
   buffers_.clear();
   for (void* e : {routed_, fork_, join_})
@@ -497,10 +498,51 @@ Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
     TraceScope t("layer", "cuda", "layer", li);
     RW_RETURN_IF_ERROR(AtLayer(li));
     RW_RETURN_IF_ERROR(DecoderLayer(li, m));
+    RW_RETURN_IF_ERROR(CaptureLayer(li, m));
   }
+  captured_m_ = capture_layers_.empty() ? 0 : m;
   RW_RETURN_IF_ERROR(AtLayer(c_.num_layers));  // the head reads x_ without changing it
   if (rows == LogitsRows::kAll) return Head(0, m);
   if (rows == LogitsRows::kLast) return Head(m - 1, 1);
+  return Status::Ok();
+}
+
+Status CudaForwardPass::SetCapture(const std::vector<int>& layers) {
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i] < 0 || layers[i] >= c_.num_layers || (i > 0 && layers[i] <= layers[i - 1]))
+      return Error(ErrorCode::kInvalidArgument,
+                   "capture layers must be ascending and distinct in [0, {})", c_.num_layers);
+  if (h_capture_ != nullptr) {
+    RW_RETURN_IF_ERROR(Sync());
+    cudaFreeHost(h_capture_);
+    h_capture_ = nullptr;
+  }
+  capture_layers_ = layers;
+  captured_m_ = 0;
+  if (!layers.empty())
+    RW_CUDA_RETURN_IF_ERROR(
+        cudaMallocHost(
+            &h_capture_,
+            layers.size() * static_cast<size_t>(max_chunk_ * c_.hidden_size) * sizeof(float)),
+        "pinned hidden-state capture");
+  // A captured decode graph holds the old copies (or none): capture it again.
+  if (graph_exec_ != nullptr) {
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+    graph_exec_ = nullptr;
+  }
+  return Status::Ok();
+}
+
+// The residual after layer li, copied to the pinned capture in stream order (every call ends
+// with a sync, so it has arrived when Run returns).
+Status CudaForwardPass::CaptureLayer(int li, int64_t m) {
+  const auto it = std::lower_bound(capture_layers_.begin(), capture_layers_.end(), li);
+  if (it == capture_layers_.end() || *it != li) return Status::Ok();
+  const int64_t H = c_.hidden_size, slot = it - capture_layers_.begin();
+  RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_capture_ + slot * max_chunk_ * H, x_,
+                                          static_cast<size_t>(m * H) * sizeof(float),
+                                          cudaMemcpyDeviceToHost, S(stream_)),
+                          "hidden-state capture of layer {}", li);
   return Status::Ok();
 }
 

@@ -35,6 +35,7 @@ class CudaForwardPass {
   ~CudaForwardPass();
 
   int64_t max_chunk() const { return max_chunk_; }
+  int64_t config_hidden() const { return c_.hidden_size; }
   // Slots of the sliding rings (0 without sliding layers), as KvCache::sliding_capacity.
   int64_t sliding_capacity() const { return sliding_capacity_; }
   // Host waits on the GPU so far (results read back: logits, routed experts' indices).
@@ -69,6 +70,13 @@ class CudaForwardPass {
   static constexpr int kMaxTopK = 64;  // cuda::kMaxTopK
   Status RunAndTopK(int id, int64_t pos0, int k, std::vector<int>* ids, std::vector<float>* values,
                     std::vector<float>* logits, ForwardStats* stats);
+
+  // Copies the residual after each of `layers` (ascending, distinct) to the host for every token
+  // of each call from now on (empty: stop), into captured() as [layer][m][hidden] of the last
+  // call (m = captured_tokens()). Allocates pinned memory for max_chunk rows per layer.
+  Status SetCapture(const std::vector<int>& layers);
+  const float* captured() const { return h_capture_; }
+  int64_t captured_tokens() const { return captured_m_; }
 
   // After a Run that failed with a CUDA error (ErrorCode::kDevice, its message naming the layer
   // and the op), what the device still holds, for finishing the call on the CPU
@@ -110,6 +118,7 @@ class CudaForwardPass {
   Status Embed(int64_t m);
   Status RopeTables(int64_t m);
   Status DecoderLayer(int li, int64_t m);
+  Status CaptureLayer(int li, int64_t m);
   Status Attention(int li, int64_t m);
   Status DenseMlp(int li, int64_t m);
   Status Router(int li, int64_t m);
@@ -174,6 +183,10 @@ class CudaForwardPass {
   void* split_ = nullptr;
   size_t split_bytes_ = 0;
   cuda::XPlanes planes_;
+  // SetCapture: the layers, pinned [layer][max_chunk][hidden], the last call's tokens.
+  std::vector<int> capture_layers_;
+  float* h_capture_ = nullptr;
+  int64_t captured_m_ = 0;
   const int* rows_of_ = nullptr;  // prefill: row of each (token, choice) in ex_y_
   float* logits_ = nullptr;       // [logits_rows_][V]
   int64_t logits_rows_ = 0;

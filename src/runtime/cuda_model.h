@@ -18,6 +18,12 @@
 
 namespace rw {
 
+class DeviceModel;
+class CudaModel;
+// The CUDA weights behind a DeviceModel from UploadCudaModel (runtime/forward_backend.h), for
+// tests that build passes by hand; null for null.
+const CudaModel* CudaModelOf(const DeviceModel* device);
+
 struct CudaLayer {
   cuda::DevMat q, k, v, o, gate, up, down, router;
   // fp32 device vectors (null where the layer has none).

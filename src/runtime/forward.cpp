@@ -107,6 +107,7 @@ Status ForwardPass::Run(KvCache& kv, const int* ids, int64_t m, int64_t pos0, Lo
   ForwardStats* st = stats != nullptr ? stats : &local;
   Stopwatch sw;
   BeginTrace(m);
+  BeginCapture(m);
   chunk_row0_ = 0;
   {
     TraceScope t("embed", "forward", "tokens", m);
@@ -131,6 +132,7 @@ Status ForwardPass::RunFrom(KvCache& kv, const float* x, int first_layer, int64_
   // The trace gets a call's tokens when it runs every layer; one that starts later has none.
   RoutingTrace* trace = std::exchange(trace_, first_layer > 0 ? nullptr : trace_);
   BeginTrace(m);
+  BeginCapture(m);
   Status s = Layers(first_layer, kv, m, pos0, rows, logits, pool, st, /*cancel=*/nullptr);
   trace_ = trace;
   return s;
@@ -146,6 +148,7 @@ Status ForwardPass::Layers(int first, KvCache& kv, int64_t m, int64_t pos0, Logi
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed))
       return Error(ErrorCode::kCancelled, "prefill cancelled at layer {}", li);
     RW_RETURN_IF_ERROR(DecoderLayer(li, kv, m, pos0, pool, st));
+    CaptureLayer(li, 0, m);
   }
   Stopwatch sw;
   {
@@ -171,6 +174,7 @@ Status ForwardPass::RunLayerMajor(KvCache& kv, const int* ids, int64_t n, int64_
   auto chunk_rows = [&](int64_t c) { return std::min(M, n - c * M); };
   Stopwatch sw;
   BeginTrace(n);
+  BeginCapture(n);
   span_x_.resize(static_cast<size_t>(n * H));
   for (int64_t c = 0; c < chunks; ++c) {
     TraceScope t("embed", "forward", "tokens", chunk_rows(c));
@@ -189,6 +193,7 @@ Status ForwardPass::RunLayerMajor(KvCache& kv, const int* ids, int64_t n, int64_
       chunk_row0_ = c * M;
       std::copy_n(&span_x_[c * M * H], m * H, x_.data());
       RW_RETURN_IF_ERROR(DecoderLayer(li, kv, m, pos0 + c * M, pool, st));
+      CaptureLayer(li, c * M, m);
       std::copy_n(x_.data(), m * H, &span_x_[c * M * H]);
     }
   }
@@ -216,6 +221,22 @@ void ForwardPass::BeginTrace(int64_t n) {
   trace_->num_experts = c_.num_experts;
   trace_base_ = trace_->tokens();
   trace_->ids.resize(trace_->ids.size() + static_cast<size_t>(n * L * k));
+}
+
+void ForwardPass::BeginCapture(int64_t n) {
+  if (capture_ == nullptr || capture_->layers.empty()) return;
+  capture_->tokens = n;
+  capture_->rows.assign(static_cast<size_t>(n) * capture_->layers.size() * c_.hidden_size, 0.0f);
+}
+
+void ForwardPass::CaptureLayer(int li, int64_t row0, int64_t m) {
+  if (capture_ == nullptr) return;
+  const std::vector<int>& ls = capture_->layers;
+  const auto it = std::lower_bound(ls.begin(), ls.end(), li);
+  if (it == ls.end() || *it != li) return;
+  const int64_t H = c_.hidden_size, L = static_cast<int64_t>(ls.size()), slot = it - ls.begin();
+  for (int64_t t = 0; t < m; ++t)
+    std::copy_n(&x_[t * H], H, &capture_->rows[static_cast<size_t>(((row0 + t) * L + slot) * H)]);
 }
 
 // E0 (Gemma4TextScaledWordEmbedding): h = E[id] · embed_scale.

@@ -32,6 +32,14 @@ struct ForwardStats {
 
 enum class LogitsRows { kNone, kLast, kAll };
 
+// The residual stream after chosen decoder layers, for every token of the last call: what a
+// drafter reads as context features. rows() is [tokens][layers.size()][hidden].
+struct HiddenCapture {
+  std::vector<int> layers;  // ascending decoder-layer indices
+  int64_t tokens = 0;       // tokens of the last call that captured
+  std::vector<float> rows;
+};
+
 // Gemma4TextRouter's choice for one token: probs = softmax(logits) (in place), idx = top-k of
 // probs (ties to the lower index), w = probs[idx] / Σ probs[idx] · per_expert_scale[idx].
 void RouteTopK(float* logits, int num_experts, int k, const float* per_expert_scale, int* idx,
@@ -52,6 +60,10 @@ class ForwardPass {
   // Called with the layer's index before every decoder layer runs (null: none). For tests that
   // need to act at a given point of a call, such as cancelling part way through a chunk.
   void set_before_layer(std::function<void(int layer)> hook) { before_layer_ = std::move(hook); }
+  // Copies the residual after capture->layers into capture->rows for every token of each call
+  // from now on (null: off); the caller keeps it alive. A RunFrom call's layers before its
+  // first_layer ran elsewhere: their rows are zero.
+  void set_capture(HiddenCapture* capture) { capture_ = capture; }
 
   // Runs tokens ids[0..m) at positions pos0..pos0+m−1 (1 <= m <= max_chunk), stores their K/V
   // in kv, and writes logits: kAll → m rows, kLast → the last row, kNone → nothing. The caller
@@ -89,6 +101,10 @@ class ForwardPass {
   // Layers first.. and the head over the residual in x_ (Run and RunFrom's common part).
   Status Layers(int first, KvCache& kv, int64_t m, int64_t pos0, LogitsRows rows, float* logits,
                 ThreadPool* pool, ForwardStats* st, const std::atomic<bool>* cancel);
+  // Sizes capture_->rows for a call of n tokens (zeroed), when capturing.
+  void BeginCapture(int64_t n);
+  // Copies x_ (m rows after layer li) to the capture at token row0, when li is captured.
+  void CaptureLayer(int li, int64_t row0, int64_t m);
   Status DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool,
                       ForwardStats* st);
   void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);
@@ -137,6 +153,7 @@ class ForwardPass {
   ZeroedFloats early_r_, early_logits_;  // the next layer's router guess
   std::vector<int> early_guess_;
   RoutingTrace* trace_ = nullptr;
+  HiddenCapture* capture_ = nullptr;
   std::function<void(int)> before_layer_;
   int64_t trace_base_ = 0;  // the first token of this call in trace_
   // The current chunk's first token within the call (layer-major calls run several chunks):

@@ -59,6 +59,26 @@ std::vector<float> RopeInvFreq(const AttentionGeometry& g) {
   return inv;
 }
 
+const char* EarlyReadName(EarlyRead early) {
+  switch (early) {
+    case EarlyRead::kRouter:
+      return "router";
+    case EarlyRead::kFitted:
+      return "fitted";
+    case EarlyRead::kOff:
+      break;
+  }
+  return "off";
+}
+
+Result<EarlyRead> ParseEarlyRead(std::string_view name) {
+  if (name == "off") return EarlyRead::kOff;
+  if (name == "router") return EarlyRead::kRouter;
+  if (name == "fitted") return EarlyRead::kFitted;
+  return Error(ErrorCode::kInvalidArgument,
+               "early expert reads must be off, router or fitted, not '{}'", name);
+}
+
 Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path,
                                                          const ModelOpenOptions& o) {
   auto m = std::unique_ptr<RuntimeModel>(new RuntimeModel());
@@ -111,13 +131,8 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
   m->inv_freq_full_ = RopeInvFreq(c.full);
   if (c.enable_moe) {
     const ExpertIndex* idx = m->dir_.experts();  // checked by BindGemma4Model
-    if (o.early_expert_read != "off" && o.early_expert_read != "router" &&
-        o.early_expert_read != "fitted")
-      return Error(ErrorCode::kInvalidArgument,
-                   "early expert reads must be off, router or fitted, not '{}'",
-                   o.early_expert_read);
-    m->early_router_ = o.early_expert_read == "router";
-    if (o.early_expert_read == "fitted") {
+    m->early_router_ = o.early_expert_read == EarlyRead::kRouter;
+    if (o.early_expert_read == EarlyRead::kFitted) {
       const std::string pred = JoinPath(path, kPredictorFileName);
       if (!PathExists(pred))
         return Error(ErrorCode::kNotFound,
@@ -127,7 +142,7 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
       RW_ASSIGN_OR_RETURN(m->predictor_, ExpertPredictor::Read(pred, c.num_layers, c.num_experts));
     }
     ExpertStoreOptions eo = o.experts;
-    if (eo.kind == "slots") {
+    if (eo.kind == ExpertStoreKind::kSlots) {
       const ExpertLayout& layout = idx->layers[0].layout;
       MemoryNeeds needs;
       needs.core_bytes = m->dir_.core().size();

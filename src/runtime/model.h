@@ -41,6 +41,12 @@ struct LayerView {
 // denominator d (the full head dim), the rest 0 (identity).
 std::vector<float> RopeInvFreq(const AttentionGeometry& g);
 
+// Early reads of the next layer's experts: kOff, kRouter (the next layer's router applied to
+// the current hidden state) or kFitted (the model directory's expert_predictor.bin).
+enum class EarlyRead { kOff, kRouter, kFitted };
+const char* EarlyReadName(EarlyRead early);  // "off" | "router" | "fitted"
+Result<EarlyRead> ParseEarlyRead(std::string_view name);
+
 struct ModelOpenOptions {
   ExpertStoreOptions experts;
   // slots store: the memory budget the planner divides (0: a slot for every expert).
@@ -48,7 +54,7 @@ struct ModelOpenOptions {
   // What the planner reserves for the KV cache and scratch.
   int64_t max_context = 8192, prefill_chunk = 512;
   int64_t prefill_span = 0;  // tokens per layer-major prefill call (0: none), for the planner
-  std::string early_expert_read = "off";  // off | router | fitted
+  EarlyRead early_expert_read = EarlyRead::kOff;
   // Lock the core file's pages in memory (mlock). Every token reads the whole core, so under
   // memory pressure (a small machine, a memory cgroup) the kernel would otherwise evict core
   // pages along with expert pages and read them back a token later. Where locking is not

@@ -292,21 +292,20 @@ TEST(EngineTest, FaultPolicyIsValidated) {
   o.model_dir = TinyModelDir();
   o.threads = 2;
   o.max_context = 64;
-  o.fault_policy = "sometimes";
-  auto bad = Engine::Load(o);
+  auto bad = ParseFaultPolicy("sometimes");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("fail-closed or failover-cpu"), std::string::npos)
       << bad.status().ToString();
-  o.fault_policy = "failover-cpu";  // there is no GPU to fail over from
+  o.fault_policy = *ParseFaultPolicy("failover-cpu");  // there is no GPU to fail over from
   auto cpu = Engine::Load(o);
   ASSERT_FALSE(cpu.ok());
   EXPECT_NE(cpu.status().message().find("--backend cuda"), std::string::npos)
       << cpu.status().ToString();
-  o.fault_policy = "fail-closed";  // the default, harmless on the CPU
+  o.fault_policy = FaultPolicy::kFailClosed;  // the default, harmless on the CPU
   auto ok = Engine::Load(o);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  EXPECT_EQ((*ok)->fault_policy(), "fail-closed");
+  EXPECT_STREQ(FaultPolicyName((*ok)->fault_policy()), "fail-closed");
   auto s = (*ok)->NewSession();
   EXPECT_FALSE(s->on_gpu());
   EXPECT_FALSE(s->closed());

@@ -92,8 +92,8 @@ TEST(MemoryPlan, SlotsFromTheBudgetLeftAfterCoreKvAndScratch) {
 std::unique_ptr<ExpertStore> OpenStore(const ModelDir& dir, const std::string& kind, int slots,
                                        const std::string& backend = "auto") {
   ExpertStoreOptions o;
-  o.kind = kind;
-  o.io_backend = backend;
+  o.kind = *ParseExpertStoreKind(kind);
+  o.io_backend = *ParseIoBackend(backend);
   o.slots_per_layer = slots;
   o.io_threads = 3;
   auto s = OpenExpertStore(dir, o);
@@ -240,7 +240,7 @@ std::vector<float> Logits(const std::string& model, const std::string& kind, uin
                           const std::vector<int>& ids, int64_t chunk, std::string* plan = nullptr) {
   EngineOptions o;
   o.model_dir = model;
-  o.expert_store = kind;
+  o.expert_store = *ParseExpertStoreKind(kind);
   o.memory_budget = budget;
   o.threads = 2;
   o.max_context = 512;
@@ -294,7 +294,7 @@ TEST(ExpertStores, EveryStoreGivesBitIdenticalLogits) {
     tiny_budget.model_dir = m;
     tiny_budget.max_context = 512;
     tiny_budget.prefill_chunk = 16;
-    tiny_budget.expert_store = "slots";
+    tiny_budget.expert_store = ExpertStoreKind::kSlots;
     tiny_budget.memory_budget = 1;
     auto too_small = Engine::Load(tiny_budget);
     ASSERT_FALSE(too_small.ok());
@@ -318,14 +318,14 @@ TEST(ExpertStores, EveryStoreGivesBitIdenticalLogits) {
 
 TEST(ReadQueue, FallsBackToPreadWhenIoUringIsUnavailable) {
   setenv("REDWING_DISABLE_IO_URING", "1", 1);
-  auto fallback = ReadQueue::Create("auto", 4);
-  auto forced = ReadQueue::Create("io_uring", 4);
+  auto fallback = ReadQueue::Create(IoBackend::kAuto, 4);
+  auto forced = ReadQueue::Create(IoBackend::kIoUring, 4);
   unsetenv("REDWING_DISABLE_IO_URING");
   ASSERT_TRUE(fallback.ok());
   EXPECT_STREQ((*fallback)->backend(), "pread");
   ASSERT_FALSE(forced.ok()) << "asking for io_uring explicitly must not silently fall back";
   EXPECT_NE(forced.status().message().find("io_uring"), std::string::npos);
-  EXPECT_FALSE(ReadQueue::Create("aio", 4).ok());
+  EXPECT_FALSE(ParseIoBackend("aio").ok());
 }
 
 TEST(ReadQueue, BothBackendsReadTheSameBytesWithShortFilesReported) {
@@ -339,7 +339,7 @@ TEST(ReadQueue, BothBackendsReadTheSameBytesWithShortFilesReported) {
   ASSERT_GE(fd, 0);
   for (const char* backend : {"pread", "io_uring"}) {
     SCOPED_TRACE(backend);
-    auto q = ReadQueue::Create(backend, 3);
+    auto q = ReadQueue::Create(*ParseIoBackend(backend), 3);
     if (!q.ok() && std::string(backend) == "io_uring") GTEST_SKIP() << q.status().ToString();
     ASSERT_TRUE(q.ok());
     const int n = dir->config().num_experts;
@@ -394,8 +394,8 @@ TEST(ExpertStores, EarlyReadsByRouterKeepTheLogitsAndAreCounted) {
   auto run = [&](const std::string& kind, const std::string& early, ExpertStoreStats* stats) {
     EngineOptions o;
     o.model_dir = m;
-    o.expert_store = kind;
-    o.early_expert_read = early;
+    o.expert_store = *ParseExpertStoreKind(kind);
+    o.early_expert_read = *ParseEarlyRead(early);
     o.threads = 2;
     o.max_context = 256;
     o.prefill_chunk = 8;

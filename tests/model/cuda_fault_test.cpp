@@ -40,8 +40,8 @@ std::shared_ptr<Engine> Load(const std::string& backend, const std::string& poli
   o.threads = 2;
   o.max_context = kContext;
   o.prefill_chunk = kChunk;
-  o.backend = backend;
-  o.fault_policy = policy;
+  o.backend = *ParseBackendKind(backend);
+  o.fault_policy = *ParseFaultPolicy(policy);
   o.load_tokenizer = false;
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -99,7 +99,7 @@ Trace MixedReference(const Engine& e, const std::vector<int>& prompt, uint64_t f
                      int fault_layer) {
   Trace t;
   const int64_t V = e.config().vocab_size, H = e.config().hidden_size;
-  auto gpu = CudaForwardPass::Create(*e.cuda_model(), kContext, kChunk);
+  auto gpu = CudaForwardPass::Create(*CudaModelOf(e.device_model()), kContext, kChunk);
   EXPECT_TRUE(gpu.ok()) << gpu.status().ToString();
   if (!gpu.ok()) return t;
   KvCache kv(e.config(), kContext, kChunk);

@@ -40,11 +40,11 @@ std::shared_ptr<Engine> Load(const std::string& dir, const std::string& backend,
   o.threads = 2;
   o.max_context = max_context;
   o.prefill_chunk = chunk;
-  o.backend = backend;
+  o.backend = *ParseBackendKind(backend);
   o.vram_budget = vram_budget;
   o.cuda_graphs = graphs;
-  o.cuda_experts = experts;
-  o.expert_store = store;
+  o.cuda_experts = *ParseCudaExpertPath(experts);
+  o.expert_store = *ParseExpertStoreKind(store);
   o.cuda_prefill_in_place = prefill_in_place;
   o.load_tokenizer = false;
   auto e = Engine::Load(o);
@@ -56,7 +56,7 @@ TEST(CudaParity, WithoutAGpuTheBackendSaysWhy) {
   if (cuda::DeviceStatus().ok()) GTEST_SKIP() << "a GPU is present";
   EngineOptions o;
   o.model_dir = JoinPath(REDWING_SOURCE_DIR, "tests/fixtures/golden");
-  o.backend = "cuda";
+  o.backend = BackendKind::kCuda;
   auto e = Engine::Load(o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("CUDA"), std::string::npos) << e.status().ToString();
@@ -198,7 +198,7 @@ TEST(CudaParity, EvictionGivesTheResidentLogits) {
   const std::string dir = TinyModel();
   auto resident = Load(dir, "cuda", 7, 256);
   ASSERT_NE(resident, nullptr);
-  const CudaModel* cm = resident->cuda_model();
+  const CudaModel* cm = CudaModelOf(resident->device_model());
   ASSERT_NE(cm, nullptr);
   ASSERT_NE(cm->resident_table(), nullptr);
   const ModelConfig& c = resident->config();
@@ -208,8 +208,8 @@ TEST(CudaParity, EvictionGivesTheResidentLogits) {
       cm->core_device_bytes() + CudaModel::SessionBytes(c, 256, 7) + 5 * cm->experts()->stride();
   auto small = Load(dir, "cuda", 7, 256, budget, true, "copy");
   ASSERT_NE(small, nullptr);
-  ASSERT_EQ(small->cuda_model()->resident_table(), nullptr);
-  ASSERT_EQ(small->cuda_model()->experts()->slots(), 5);
+  ASSERT_EQ(CudaModelOf(small->device_model())->resident_table(), nullptr);
+  ASSERT_EQ(CudaModelOf(small->device_model())->experts()->slots(), 5);
   const std::vector<int> prompt = Prompt(45, c.vocab_size);
   std::vector<int> next;
   for (int i = 0; i < 20; ++i) next.push_back((i * 71 + 3) % c.vocab_size);
@@ -234,7 +234,7 @@ TEST(CudaParity, MappedAndCopyPathsGiveTheResidentLogits) {
   const std::string dir = TinyModel();
   auto resident = Load(dir, "cuda", 7, 256);
   ASSERT_NE(resident, nullptr);
-  const CudaModel* cm = resident->cuda_model();
+  const CudaModel* cm = CudaModelOf(resident->device_model());
   ASSERT_NE(cm, nullptr);
   EXPECT_EQ(resident->cuda_expert_path(), "resident");
   const ModelConfig& c = resident->config();
@@ -257,7 +257,7 @@ TEST(CudaParity, MappedAndCopyPathsGiveTheResidentLogits) {
       auto e = Load(dir, "cuda", 7, 256, budget, graphs, v.experts, v.store, v.prefill_in_place);
       ASSERT_NE(e, nullptr);
       ASSERT_EQ(e->cuda_expert_path(), v.path);
-      ASSERT_EQ(e->cuda_model()->experts()->slots(), 5);
+      ASSERT_EQ(CudaModelOf(e->device_model())->experts()->slots(), 5);
       const auto got = Trace(*e, prompt, next);
       ASSERT_EQ(got.size(), want.size());
       for (size_t r = 0; r < got.size(); ++r) EXPECT_EQ(got[r], want[r]) << "row " << r;
@@ -301,7 +301,7 @@ TEST(CudaParity, DrawsOnTheGpuWhatTheCpuSamplerDraws) {
     auto e = Load(dir, "cuda", 7, 256, variant == 2 ? small_budget : 0, variant != 1);
     ASSERT_NE(e, nullptr);
     if (variant == 0) {
-      const CudaModel* cm = e->cuda_model();
+      const CudaModel* cm = CudaModelOf(e->device_model());
       small_budget = cm->core_device_bytes() + CudaModel::SessionBytes(e->config(), 256, 7) +
                      5 * cm->experts()->stride();
     }
