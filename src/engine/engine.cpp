@@ -7,7 +7,6 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "base/trace.h"
-#include "engine/bench.h"
 #include "format/model_dir.h"
 #include "model/gemma4_weights.h"
 #include "sample/sampler.h"
