@@ -373,7 +373,8 @@ void ForwardPass::DenseMlp(int li, int64_t m, ThreadPool* pool) {
 }
 
 // Gemma4TextRouter (F2), on the raw residual h: r = RMS_0(h) ⊙ scale · H^-½; P = softmax(proj·r);
-// top-k of P, renormalized to sum 1, times per_expert_scale.
+// top-k of P, renormalized to sum 1, times per_expert_scale. The choice goes to the routing
+// trace when one is set.
 void ForwardPass::Router(int li, int64_t m, ThreadPool* pool) {
   const LayerView& L = model_.layer(li);
   const int64_t H = c_.hidden_size, E = c_.num_experts, k = c_.top_k;
