@@ -17,8 +17,8 @@
 #include "base/file.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "bench/memory_probe.h"
 #include "engine/engine.h"
-#include "engine/memory_probe.h"
 
 namespace rw {
 namespace {

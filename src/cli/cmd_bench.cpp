@@ -5,11 +5,11 @@
 
 #include "base/file.h"
 #include "base/json.h"
+#include "bench/bench.h"
 #include "cli/commands.h"
 #include "cli/diagnostics.h"
 #include "cli/flags.h"
 #include "cli/generation_flags.h"
-#include "engine/bench.h"
 
 namespace rw::cli {
 namespace {

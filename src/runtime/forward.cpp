@@ -1,7 +1,5 @@
 #include "runtime/forward.h"
 
-#include <mutex>
-
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -54,11 +52,8 @@ uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M, int64_t max_
   int64_t floats = M * H * 7 + 2 * M * c.num_heads * hd_max + 2 * M * kv_max +
                    2 * M * c.intermediate_size +
                    2 * M * std::max(c.sliding.head_dim, c.full.head_dim);
-  if (c.enable_moe) {
-    floats += M * c.num_experts + 2 * M * c.top_k + M * c.top_k * H;
-    // Each thread's expert scratch (RunExpert).
-    floats += std::max(threads, 1) * M * (H + 2 * c.moe_intermediate_size);
-  }
+  if (c.enable_moe) floats += M * c.num_experts + 2 * M * c.top_k;  // router logits, top-k
+  floats += ExpertSchedule::ScratchFloats(c, M, threads);
   floats += 2 * int64_t{c.vocab_size};  // the last row's logits, and a copy for the caller
   // Layer-major calls: the residual and both RoPE tables of every token of the span.
   if (max_span > M) floats += max_span * (H + c.sliding.head_dim + c.full.head_dim);
@@ -66,7 +61,11 @@ uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M, int64_t max_
 }
 
 ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
-    : model_(model), c_(model.config()), max_chunk_(max_chunk), dump_(Dumper::FromEnv()) {
+    : model_(model),
+      c_(model.config()),
+      max_chunk_(max_chunk),
+      dump_(Dumper::FromEnv()),
+      experts_(model, max_chunk) {
   CHECK(max_chunk >= 1);
   const int64_t M = max_chunk, H = c_.hidden_size;
   const int64_t hd_max = std::max(c_.sliding.head_dim, c_.full.head_dim);
@@ -89,9 +88,6 @@ ForwardPass::ForwardPass(const RuntimeModel& model, int64_t max_chunk)
     router_logits_.resize(M * c_.num_experts);
     topk_idx_.resize(M * k);
     topk_w_.resize(M * k);
-    ex_y_.resize(M * k * H);  // every (token, expert) output until they are summed
-    early_r_.resize(H);
-    early_logits_.resize(c_.num_experts);
   }
   rope_cos_s_.resize(M * c_.sliding.head_dim / 2);
   rope_sin_s_.resize(M * c_.sliding.head_dim / 2);
@@ -286,7 +282,7 @@ Status ForwardPass::DecoderLayer(int li, KvCache& kv, int64_t m, int64_t pos0, T
     // Route first: the store starts reading missing experts while the dense MLP runs.
     TraceScope t("route", "forward", "layer", li);
     Router(li, m, pool);
-    RW_RETURN_IF_ERROR(ExpertsBegin(li, m));
+    RW_RETURN_IF_ERROR(experts_.Begin(li, m, topk_idx_.data(), topk_w_.data(), x_.data()));
   }
   st->moe_s += sw.Seconds();
   sw.Reset();
@@ -398,7 +394,8 @@ void ForwardPass::DenseMlp(int li, int64_t m, ThreadPool* pool) {
 }
 
 // Gemma4TextRouter (F2), on the raw residual h: r = RMS_0(h) ⊙ scale · H^-½; P = softmax(proj·r);
-// top-k of P, renormalized to sum 1, times per_expert_scale.
+// top-k of P, renormalized to sum 1, times per_expert_scale. The choice goes to the routing
+// trace when one is set.
 void ForwardPass::Router(int li, int64_t m, ThreadPool* pool) {
   const LayerView& L = model_.layer(li);
   const int64_t H = c_.hidden_size, E = c_.num_experts, k = c_.top_k;
@@ -413,194 +410,24 @@ void ForwardPass::Router(int li, int64_t m, ThreadPool* pool) {
     RouteTopK(&router_logits_[t * E], static_cast<int>(E), static_cast<int>(k),
               L.per_expert_scale.data(), &topk_idx_[t * k], &topk_w_[t * k]);
   dump_.Write("router_probs", li, router_logits_.data(), m, E);
+  if (trace_ != nullptr) {
+    const int64_t layers = c_.num_layers, base = trace_base_ + chunk_row0_;
+    for (int64_t t = 0; t < m; ++t)
+      std::copy_n(&topk_idx_[t * k], k, &trace_->ids[((base + t) * layers + li) * k]);
+  }
 }
 
 // Gemma4TextExperts (F3): moe = Σ_e w_e · down_e(gelu_tanh(gate_e u2) ⊙ up_e u2) with
-// u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe). Each expert's weights are read once per chunk
-// for all the tokens that chose it; outputs are summed in ascending expert index order whatever
-// order the experts were computed in (resident ones first), so every store gives the same bits.
-Status ForwardPass::ExpertsBegin(int li, int64_t m) {
-  const int64_t k = c_.top_k, E = c_.num_experts;
-  single_token_ = m == 1;
-  if (trace_ != nullptr) {
-    const int64_t L = c_.num_layers, base = trace_base_ + chunk_row0_;
-    for (int64_t t = 0; t < m; ++t)
-      std::copy_n(&topk_idx_[t * k], k, &trace_->ids[((base + t) * L + li) * k]);
-  }
-  users_.resize(E);
-  for (auto& u : users_) u.clear();
-  for (int64_t t = 0; t < m; ++t)
-    for (int64_t j = 0; j < k; ++j)
-      users_[topk_idx_[t * k + j]].push_back({static_cast<int>(t), topk_w_[t * k + j]});
-  used_.clear();
-  row0_.clear();
-  int64_t rows = 0;
-  for (int e = 0; e < E; ++e) {
-    if (users_[e].empty()) continue;
-    used_.push_back(e);
-    row0_.push_back(rows);
-    rows += static_cast<int64_t>(users_[e].size());
-  }
-  // A store with fewer slots than the chunk's distinct experts gets them in batches.
-  ExpertStore* store = model_.experts();
-  const size_t cap = static_cast<size_t>(std::max(1, store->capacity_per_layer()));
-  batches_.clear();
-  for (size_t i = 0; i < used_.size(); i += cap)
-    batches_.push_back({i, std::min(used_.size(), i + cap)});
-  resident_.assign(used_.size(), 0);
-  const auto [b0, b1] = batches_[0];
-  RW_RETURN_IF_ERROR(store->Begin(li, std::span<const int>(&used_[b0], b1 - b0), &resident_[b0]));
-  if (m == 1 && li + 1 < c_.num_layers) {
-    if (model_.early_reads_by_router()) {
-      EarlyReads(li + 1);
-    } else if (const ExpertPredictor* p = model_.predictor()) {
-      p->Predict(li, std::span<const int>(topk_idx_.data(), k), static_cast<int>(k), &early_guess_);
-      store->Prefetch(li + 1, early_guess_);
-    }
-  }
-  return Status::Ok();
-}
-
-// Guesses layer `next`'s experts by applying its router to the current residual (the real input
-// will differ by this layer's update) and asks the store to read them at low priority.
-void ForwardPass::EarlyReads(int next) {
-  const LayerView& N = model_.layer(next);
-  const int64_t H = c_.hidden_size, E = c_.num_experts, k = c_.top_k;
-  cpu::RmsNormRows(x_.data(), early_r_.data(), 1, H, nullptr, static_cast<float>(c_.rms_norm_eps));
-  cpu::Mul(early_r_.data(), N.router_scale.data(), H);
-  cpu::Scale(early_r_.data(), static_cast<float>(std::pow(static_cast<double>(H), -0.5)), H);
-  cpu::MatVec(N.router, early_r_.data(), early_logits_.data(), nullptr);
-  std::vector<int> idx(k);
-  std::vector<float> w(k);
-  RouteTopK(early_logits_.data(), static_cast<int>(E), static_cast<int>(k),
-            N.per_expert_scale.data(), idx.data(), w.data());
-  model_.experts()->Prefetch(next, idx);
-}
-
-// Expert i's output rows for its users: gate and up, GeGLU, down into ex_y_ (Gemma4TextExperts,
-// one expert). One user reads its row of u2 in place (two matvecs share it); several are
-// gathered into the scratch first. pool: null when the caller runs experts side by side.
-void ForwardPass::RunExpert(size_t i, const ExpertRef& ref, ExpertScratch& s, ThreadPool* pool) {
-  const int64_t H = c_.hidden_size, I = c_.moe_intermediate_size;
-  const auto& list = users_[used_[i]];
-  const int64_t n = static_cast<int64_t>(list.size());
-  const WeightView gate = ViewOf(ref.blob, ref.layout->gate);
-  const WeightView up = ViewOf(ref.blob, ref.layout->up);
-  float* const y = &ex_y_[row0_[i] * H];
-  if (n == 1) {
-    const WeightView gate_up[2] = {gate, up};
-    float* const outs[2] = {s.g.data(), s.u.data()};
-    cpu::MatVecMulti(gate_up, 2, &a_[list[0].first * H], outs, pool);
-    cpu::GegluInPlace(s.g.data(), s.u.data(), I);
-    cpu::MatVec(ViewOf(ref.blob, ref.layout->down), s.g.data(), y, pool);
-    return;
-  }
-  for (int64_t r = 0; r < n; ++r) std::copy_n(&a_[list[r].first * H], H, &s.in[r * H]);
-  Linear(gate, s.in.data(), n, s.g.data(), pool);
-  Linear(up, s.in.data(), n, s.u.data(), pool);
-  cpu::GegluInPlace(s.g.data(), s.u.data(), n * I);
-  Linear(ViewOf(ref.blob, ref.layout->down), s.g.data(), n, y, pool);
-}
-
-// Whether batch [b0, b1) runs one expert per thread at a time rather than each expert split
-// across the threads: it saves three pool dispatches per expert and every thread packing the
-// same input rows, and it pays when the work is spread over many experts (always for one token,
-// and for a prefill chunk unless one expert takes a large share of its tokens).
-bool ForwardPass::ExpertsSideBySide(size_t b0, size_t b1, int threads) const {
-  if (threads <= 1) return false;
-  if (single_token_) return true;
-  size_t total = 0, largest = 0;
-  for (size_t i = b0; i < b1; ++i) {
-    const size_t n = users_[used_[i]].size();
-    total += n;
-    largest = std::max(largest, n);
-  }
-  return largest * 4 * static_cast<size_t>(threads) <= total;
-}
-
-// Computes batch b (already Begun): experts that were resident first, the rest as they arrive.
-Status ForwardPass::RunExpertBatch(int li, size_t b, ThreadPool* pool) {
-  ExpertStore* store = model_.experts();
-  const auto [b0, b1] = batches_[b];
-  std::vector<size_t> order;
-  for (size_t i = b0; i < b1; ++i)
-    if (resident_[i]) order.push_back(i);
-  for (size_t i = b0; i < b1; ++i)
-    if (!resident_[i]) order.push_back(i);
-  const int threads = pool != nullptr ? pool->size() : 1;
-  auto wait = [&](size_t i) {
-    TraceScope t("wait", "experts", "layer", li, "expert", used_[i]);
-    return store->Wait(li, i - b0);
-  };
-  if (ExpertsSideBySide(b0, b1, threads)) {
-    // Every expert is its own chunk, taken by whichever thread is free (a late-waking worker,
-    // or a thread waiting on a read, takes fewer). Each thread has its own scratch.
-    EnsureExpertScratch(threads);
-    std::mutex mu;
-    Status first_error;
-    pool->ParallelFor(
-        order.size(), 1,
-        [&](size_t s, size_t e, int thread) {
-          for (size_t q = s; q < e; ++q) {
-            const size_t i = order[q];
-            Result<ExpertRef> ref = wait(i);
-            if (!ref.ok()) {
-              std::lock_guard<std::mutex> lock(mu);
-              if (first_error.ok()) first_error = ref.status();
-              continue;
-            }
-            TraceScope t("expert", "experts", "layer", li, "expert", used_[i]);
-            RunExpert(i, *ref, ex_scratch_[thread], nullptr);
-          }
-        },
-        static_cast<int>(order.size()));
-    return first_error;
-  }
-  EnsureExpertScratch(1);
-  for (size_t i : order) {
-    RW_ASSIGN_OR_RETURN(ExpertRef ref, wait(i));
-    TraceScope t("expert", "experts", "layer", li, "expert", used_[i]);
-    RunExpert(i, ref, ex_scratch_[0], pool);
-  }
-  return Status::Ok();
-}
-
-// Per-thread expert scratch, each sized for a whole chunk choosing one expert.
-void ForwardPass::EnsureExpertScratch(int threads) {
-  const int64_t rows = std::max<int64_t>(max_chunk_, 1);
-  while (static_cast<int>(ex_scratch_.size()) < threads) {
-    ExpertScratch s;
-    s.in.resize(rows * c_.hidden_size);
-    s.g.resize(rows * c_.moe_intermediate_size);
-    s.u.resize(rows * c_.moe_intermediate_size);
-    ex_scratch_.push_back(std::move(s));
-  }
-}
-
+// u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe). The schedule (Begun after the router, so the
+// store reads while the dense MLP runs) reads each expert once per chunk for all the tokens that
+// chose it and sums in ascending expert order, so every store gives the same bits.
 Status ForwardPass::Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st) {
   const LayerView& L = model_.layer(li);
   const int64_t H = c_.hidden_size;
   const float eps = static_cast<float>(c_.rms_norm_eps);
   const WeightView pre2 = NormWeight(L.pre_ff_ln2);
   cpu::RmsNormRows(x_.data(), a_.data(), m, H, &pre2, eps);  // u2
-  ExpertStore* store = model_.experts();
-  for (size_t b = 0; b < batches_.size(); ++b) {
-    if (b > 0) {
-      const auto [b0, b1] = batches_[b];
-      RW_RETURN_IF_ERROR(
-          store->Begin(li, std::span<const int>(&used_[b0], b1 - b0), &resident_[b0]));
-    }
-    Status s = RunExpertBatch(li, b, pool);
-    store->Release(li);
-    RW_RETURN_IF_ERROR(s);
-  }
-  std::fill(m2_.begin(), m2_.begin() + m * H, 0.0f);
-  for (size_t i = 0; i < used_.size(); ++i) {
-    const auto& list = users_[used_[i]];
-    for (size_t r = 0; r < list.size(); ++r)
-      cpu::Axpy(&m2_[list[r].first * H], list[r].second, &ex_y_[(row0_[i] + r) * H], H);
-    st->experts_run += static_cast<int64_t>(list.size());
-  }
+  RW_RETURN_IF_ERROR(experts_.Run(li, m, a_.data(), m2_.data(), pool, &st->experts_run));
   dump_.Write("moe", li, m2_.data(), m, H);
   const WeightView post2 = NormWeight(L.post_ff_ln2);
   cpu::RmsNormRows(m2_.data(), m2_.data(), m, H, &post2, eps);

@@ -4,8 +4,8 @@
 // soft-capped head (reference/gemma4-model.md §2).
 //
 // A call processes a chunk of m consecutive tokens: m > 1 uses MatMul (each weight read once per
-// chunk) and groups the chunk's tokens by routed expert so each expert is read once; m == 1
-// (decode) uses MatVec and runs the token's experts in parallel.
+// chunk), m == 1 (decode) uses MatVec. How the routed experts are read and run (grouped by
+// expert, batched, side by side, early reads) is ExpertSchedule's (runtime/expert_schedule.h).
 #pragma once
 
 #include <atomic>
@@ -16,6 +16,7 @@
 #include "base/thread_pool.h"
 #include "base/zeroed_floats.h"
 #include "runtime/dump.h"
+#include "runtime/expert_schedule.h"
 #include "runtime/kv_cache.h"
 #include "runtime/model.h"
 
@@ -110,19 +111,8 @@ class ForwardPass {
   void Attention(int li, KvCache& kv, int64_t m, int64_t pos0, ThreadPool* pool);
   void DenseMlp(int li, int64_t m, ThreadPool* pool);
   void Router(int li, int64_t m, ThreadPool* pool);
-  // The routed experts in two steps, so their reads overlap the dense MLP: ExpertsBegin groups
-  // the chunk's (token, expert) pairs by expert and asks the store for the first batch;
-  // Experts computes every batch and sums the outputs in ascending expert order.
-  Status ExpertsBegin(int li, int64_t m);
+  // Gemma4TextExperts: RMS_pre_ff_2, the experts (Begun by DecoderLayer), RMS_post_ff_2.
   Status Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* st);
-  Status RunExpertBatch(int li, size_t b, ThreadPool* pool);
-  struct ExpertScratch {
-    ZeroedFloats in, g, u;  // grouped input rows, gate and up outputs
-  };
-  void RunExpert(size_t i, const ExpertRef& ref, ExpertScratch& s, ThreadPool* pool);
-  bool ExpertsSideBySide(size_t b0, size_t b1, int threads) const;
-  void EnsureExpertScratch(int threads);
-  void EarlyReads(int next);
   void Head(int64_t row0, int64_t rows, float* logits, ThreadPool* pool);
 
   const RuntimeModel& model_;
@@ -139,19 +129,8 @@ class ForwardPass {
   ZeroedFloats router_logits_;    // [m][E]
   std::vector<int> topk_idx_;     // [m][k]
   ZeroedFloats topk_w_;           // [m][k]
-  // Expert scratch: one per thread computing experts, and every (token, expert) output.
-  std::vector<ExpertScratch> ex_scratch_;
-  ZeroedFloats ex_y_;
-  // The current layer's expert plan: distinct experts (ascending), their (token, weight) users,
-  // each expert's first row in ex_y_, the batches Begin is asked for, residency at Begin.
-  std::vector<int> used_;
-  std::vector<std::vector<std::pair<int, float>>> users_;
-  std::vector<int64_t> row0_;
-  std::vector<std::pair<size_t, size_t>> batches_;
-  std::vector<uint8_t> resident_;
-  bool single_token_ = false;
-  ZeroedFloats early_r_, early_logits_;  // the next layer's router guess
-  std::vector<int> early_guess_;
+  // The routed experts' plan, reads and compute (DecoderLayer begins, Experts runs).
+  ExpertSchedule experts_;
   RoutingTrace* trace_ = nullptr;
   HiddenCapture* capture_ = nullptr;
   std::function<void(int)> before_layer_;

@@ -15,8 +15,8 @@
 
 #include "base/file.h"
 #include "base/json.h"
+#include "bench/bench.h"
 #include "bench/bench_test_util.h"
-#include "engine/bench.h"
 #include "install/synth.h"
 #include "sample/sampler.h"
 

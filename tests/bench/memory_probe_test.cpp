@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/thread_pool.h"
-#include "engine/memory_probe.h"
+#include "bench/memory_probe.h"
 
 namespace rw {
 namespace {

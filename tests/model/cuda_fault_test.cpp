@@ -13,7 +13,7 @@
 
 #include "backend/cuda_test_util.h"
 #include "base/file.h"
-#include "engine/bench.h"
+#include "bench/bench.h"
 #include "engine/engine.h"
 #include "install/synth.h"
 #include "model/parity_util.h"

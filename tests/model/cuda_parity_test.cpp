@@ -17,7 +17,7 @@
 #include "backend/cuda_test_util.h"
 #include "base/file.h"
 #include "base/json.h"
-#include "engine/bench.h"
+#include "bench/bench.h"
 #include "engine/engine.h"
 #include "install/convert.h"
 #include "install/synth.h"

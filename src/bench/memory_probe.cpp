@@ -1,4 +1,4 @@
-#include "engine/memory_probe.h"
+#include "bench/memory_probe.h"
 
 #include <sys/mman.h>
 

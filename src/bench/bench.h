@@ -24,9 +24,9 @@
 
 #include "base/json.h"
 #include "base/status.h"
-#include "engine/disk_probe.h"
+#include "bench/disk_probe.h"
+#include "bench/memory_probe.h"
 #include "engine/engine.h"
-#include "engine/memory_probe.h"
 
 namespace rw {
 

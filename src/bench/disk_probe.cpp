@@ -1,4 +1,4 @@
-#include "engine/disk_probe.h"
+#include "bench/disk_probe.h"
 
 #include <fcntl.h>
 #include <unistd.h>

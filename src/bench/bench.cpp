@@ -1,4 +1,4 @@
-#include "engine/bench.h"
+#include "bench/bench.h"
 
 #include "experts/predictor.h"
 

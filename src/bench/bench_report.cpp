@@ -5,7 +5,7 @@
 #include <string>
 
 #include "base/file.h"
-#include "engine/bench.h"
+#include "bench/bench.h"
 
 namespace rw {
 
