@@ -489,7 +489,6 @@ Status CudaForwardPass::AfterCall(int64_t m) {
 
 Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
   cuda::SetOverlappedLaunches(m == 1);
-  cuda::SetHostExpertReads(mapped_);
   RW_RETURN_IF_ERROR(Embed(m));
   RW_RETURN_IF_ERROR(RopeTables(m));
   for (int li = 0; li < c_.num_layers; ++li) {

@@ -44,9 +44,9 @@ fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   "$bin/copy_ceiling" 2>&1 | tee "$out/ceiling.txt"
   timeout 240 "$bin/backend_cuda_test" 2>&1 | tee "$out/backend_cuda_test.txt" | grep -E "^\[  |FAIL|Failure|device" | sed -n '1,80p'
-  # The other decode matvec kernels: SIMT (REDWING_CUDA_MATVEC=simt) and the opt-in bf16
-  # tensor-core one for 4-bit weights (=tc); the default is the integer tensor-core kernel.
-  for mv in simt tc; do
+  # The other decode matvec kernels: SIMT (REDWING_CUDA_MATVEC=simt); the default is the
+  # integer tensor-core kernel.
+  for mv in simt; do
     REDWING_CUDA_MATVEC=$mv timeout 240 "$bin/backend_cuda_test" 2>&1 |
       tee "$out/backend_cuda_test_$mv.txt" | grep -E "^\[  (PASSED|FAILED)|FAIL|Failure" | sed -n '1,40p'
   done

@@ -1,6 +1,5 @@
-// Decode matvec on tensor cores (ops_matvec_i8.cu: 4/8-bit codes as bytes on the integer MMA;
-// ops_matvec_tc.cu: 4-bit codes as bf16), called by the launchers of ops_linear.cu before their
-// SIMT kernels.
+// Decode matvec on the integer tensor cores (ops_matvec_i8.cu: 4/8-bit codes as bytes on the
+// integer MMA), called by the launchers of ops_linear.cu before their SIMT kernels.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,10 +17,6 @@ namespace rw::cuda {
 //     y_j = y[j] (j < 3, shared x);
 //   gateup: h_j = gelu_tanh(gate·x_j) ⊙ (up·x_j), x_j = x + j·x_stride, h_j = h + j·rows
 //     (gate/up resolved against slot j's blob when blobs is given).
-// cudaErrorNotSupported unless REDWING_CUDA_MATVEC=tc asks for it (it measured slower than the
-// SIMT kernels so far), and when the weights are not 4-bit with groups of 32 or 64, the shapes
-// or addresses do not fit the kernel, the GPU is older than sm_80, or expert blobs may be in
-// host memory: the caller then takes the SIMT kernels.
 struct TcMatVec {
   bool gateup = false;
   DevMat w[3];  // plain: the matrices (w[0] only with blobs); gateup: w[0] gate, w[1] up
@@ -35,15 +30,9 @@ struct TcMatVec {
   float* h = nullptr;
 };
 
-cudaError_t LaunchAffineMatVecTc(const TcMatVec& a, cudaStream_t s);
-
-// The same launch on the integer tensor cores (ops_matvec_i8.cu), for 4-bit and 8-bit weights
-// with groups of 64: the default on sm_80+ (REDWING_CUDA_MATVEC=simt, generic or tc turns it
-// off). cudaErrorNotSupported where the shape, the addresses or the GPU do not fit, or expert
-// blobs may be in host memory.
+// The launch on the integer tensor cores (ops_matvec_i8.cu), for 4-bit and 8-bit weights with
+// groups of 64: the default on sm_80+ (REDWING_CUDA_MATVEC=simt or generic turns it off).
+// cudaErrorNotSupported where the shape, the addresses or the GPU do not fit.
 cudaError_t LaunchAffineMatVecI8(const TcMatVec& a, cudaStream_t s);
-
-// Whether this thread's expert launches may read blobs in host memory (SetHostExpertReads).
-bool HostExpertReads();
 
 }  // namespace rw::cuda

@@ -37,9 +37,6 @@ struct ExpertMats {
 // by default; the forward pass turns it off for prefill, whose long kernels gain nothing from it
 // (measured slower).
 void SetOverlappedLaunches(bool on);
-// Whether this thread's decode expert launches may read blobs in pinned host memory (the mapped
-// path under a VRAM budget): their kernels then keep to loads that suit PCIe reads.
-void SetHostExpertReads(bool may);
 
 // ---- Linear -----------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@
 //   matmul (prefill): each K step dequantizes a 64×32 weight tile into shared memory (never the
 //     whole matrix) and reuses it for all rows of the X tile; on sm_80+ the tile product runs on
 //     tensor cores as 3xTF32 (fp32 accuracy), else (or with REDWING_CUDA_MATMUL=simt) as fp32
-//     FMAs in 32×64 tiles. Affine weights take the pipelined kernel of ops_matmul.cu instead.
+//     FMAs in 32×64 tiles. Affine weights take the bf16 kernels of ops_matmul_*.cu instead.
 // Expert variants take per-slot blob addresses so one launch covers all chosen experts.
 // Each output's K loop runs in ascending order whatever the grouping, so an expert's result
 // does not depend on which other experts share the launch.
@@ -533,7 +533,7 @@ cudaError_t LaunchFast(FastShape f, bool gateup, const MatVecBatch& b, const Dev
                        const DevMat& up, int64_t rows, int64_t cols, unsigned slots,
                        const uint8_t* const* blobs, const int* idx, const float* x,
                        int64_t x_stride, float* h, cudaStream_t s) {
-  {  // the tensor-core kernels (ops_matvec_i8.cu, ops_matvec_tc.cu) when they take the shape
+  {  // the integer tensor-core kernel (ops_matvec_i8.cu) when it takes the shape
     TcMatVec t;
     t.gateup = gateup;
     if (gateup) {
@@ -554,7 +554,6 @@ cudaError_t LaunchFast(FastShape f, bool gateup, const MatVecBatch& b, const Dev
     t.x_stride = x_stride;
     t.h = h;
     if (const cudaError_t e = LaunchAffineMatVecI8(t, s); e != cudaErrorNotSupported) return e;
-    if (const cudaError_t e = LaunchAffineMatVecTc(t, s); e != cudaErrorNotSupported) return e;
   }
   using Fn = decltype(&LaunchFastT<4, 1>);
   static constexpr Fn kFns[2][6] = {{LaunchFastT<4, 1>, LaunchFastT<4, 2>, LaunchFastT<4, 3>,
@@ -756,9 +755,9 @@ __global__ void __launch_bounds__(kTThreads)
   StoreWarpTile(acc, m0 + wm, n0 + wn, gid, tig, rows, N, row0, y);
 }
 
-// REDWING_CUDA_MATMUL=tf32: the simple 3xTF32 kernel below for affine weights too, not
-// ops_matmul.cu's pipelined one (for comparison).
-bool UsePipelined() {
+// REDWING_CUDA_MATMUL=tf32: the simple 3xTF32 kernel below for affine weights too, not the bf16
+// kernel of ops_matmul_bf16.cu (for comparison).
+bool UseBf16Kernel() {
   static const bool on = [] {
     const char* e = std::getenv("REDWING_CUDA_MATMUL");
     return e == nullptr || std::strcmp(e, "tf32") != 0;
@@ -871,9 +870,9 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
         e = LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s);
       if (e != cudaErrorNotSupported) return e;
     }
-    const cudaError_t e = UsePipelined() ? LaunchAffineMatMulTc(w, nullptr, 1, nullptr, nullptr, m,
-                                                                m, nullptr, x, y, s)
-                                         : cudaErrorNotSupported;
+    const cudaError_t e = UseBf16Kernel() ? LaunchAffineMatMulBf16(w, nullptr, 1, nullptr, nullptr,
+                                                                   m, m, nullptr, x, y, s)
+                                          : cudaErrorNotSupported;
     if (e != cudaErrorNotSupported) return e;
     const dim3 grid(Blocks(w.rows, kTN), Blocks(m, kTM), 1);
     LaunchKernel(MatMulTf32Kernel, grid, kTThreads, 0, s, w, nullptr, nullptr, nullptr, m, nullptr,
@@ -985,9 +984,9 @@ cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* co
             LaunchAffineMatMulPlanes(w, blobs, groups, row0, rows, 0, max_rows, gather, *xp, y, s);
       if (err != cudaErrorNotSupported) return err;
     }
-    const cudaError_t err = UsePipelined() ? LaunchAffineMatMulTc(w, blobs, groups, row0, rows, 0,
-                                                                  max_rows, gather, x, y, s)
-                                           : cudaErrorNotSupported;
+    const cudaError_t err = UseBf16Kernel() ? LaunchAffineMatMulBf16(w, blobs, groups, row0, rows, 0,
+                                                                     max_rows, gather, x, y, s)
+                                            : cudaErrorNotSupported;
     if (err != cudaErrorNotSupported) return err;
     const dim3 grid(Blocks(w.rows, kTN), Blocks(max_rows, kTM), static_cast<unsigned>(groups));
     LaunchKernel(MatMulTf32Kernel, grid, kTThreads, 0, s, w, blobs, row0, rows, 0, gather, x, y);

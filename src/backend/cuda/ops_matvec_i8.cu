@@ -392,8 +392,7 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
 bool Allowed() {
   static const bool on = [] {
     const char* e = std::getenv("REDWING_CUDA_MATVEC");
-    if (e != nullptr && (std::strcmp(e, "simt") == 0 || std::strcmp(e, "generic") == 0 ||
-                         std::strcmp(e, "tc") == 0))
+    if (e != nullptr && (std::strcmp(e, "simt") == 0 || std::strcmp(e, "generic") == 0))
       return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
