@@ -1,5 +1,7 @@
-// The tensor-core prefill matmuls for affine weights (ops_matmul_bf16.cu, ops_matmul_planes.cu,
-// ops_matmul_wgmma.cu), called by the launchers of ops_linear.cu.
+// The prefill matmul kernels' interface to their dispatcher (ops_matmul_dispatch.cu, which holds
+// the public launchers of ops.h): the tensor-core matmuls for affine weights
+// (ops_matmul_bf16.cu, ops_matmul_planes.cu, ops_matmul_wgmma.cu) and the simple kernels for
+// every format (ops_matmul_simple.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,5 +48,16 @@ cudaError_t LaunchAffineMatMulWgmmaStack(const DevMat* w, float* const* y, int n
                                          const int* rowss, int64_t dense_rows, int64_t max_rows,
                                          const int* gather, const XPlanes& x, cudaStream_t s,
                                          int64_t total_rows = 0);
+
+// The simple kernels, any weight format and shape, with the arguments above: 3xTF32 on tensor
+// cores (sm_80+), or fp32 FMAs.
+cudaError_t LaunchMatMulTf32(const DevMat& w, const uint8_t* const* blobs, int groups,
+                             const int* row0s, const int* rowss, int64_t dense_rows,
+                             int64_t max_rows, const int* gather, const float* x, float* y,
+                             cudaStream_t s);
+cudaError_t LaunchMatMulSimt(const DevMat& w, const uint8_t* const* blobs, int groups,
+                             const int* row0s, const int* rowss, int64_t dense_rows,
+                             int64_t max_rows, const int* gather, const float* x, float* y,
+                             cudaStream_t s);
 
 }  // namespace rw::cuda
