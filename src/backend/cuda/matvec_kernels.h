@@ -38,8 +38,7 @@ cudaError_t LaunchAffineMatVecI8(const MatVecArgs& a, cudaStream_t s);
 
 // The register-tiled SIMT kernels' shape for w with input x: bits and 16-byte chunks per lane
 // (ku); ku 0 when they cannot take it (not affine 4/8-bit, columns or group not whole chunks,
-// rows over the staged limit, unaligned) and the generic kernels must run
-// (REDWING_CUDA_MATVEC=generic forces that, for comparison).
+// rows over the staged limit, unaligned) and the generic kernels must run.
 struct FastShape {
   int bits = 0, ku = 0;
 };

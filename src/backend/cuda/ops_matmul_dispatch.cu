@@ -6,54 +6,72 @@
 // sm_80+, fp32 FMAs before).
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
 
-// REDWING_CUDA_MATMUL=tf32: the simple 3xTF32 kernel (ops_matmul_simple.cu) for affine weights too,
-// not the bf16 kernel of ops_matmul_bf16.cu (for comparison).
-bool UseBf16Kernel() {
-  static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_MATMUL");
-    return e == nullptr || std::strcmp(e, "tf32") != 0;
-  }();
-  return on;
-}
-
-// REDWING_CUDA_MATMUL=bf16: the bf16 kernel that splits x itself even where the caller split it
-// once (for comparison).
-bool UsePlanes() {
-  static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_MATMUL");
-    return e == nullptr || std::strcmp(e, "planes") == 0;
-  }();
-  return on;
-}
-
+// Tensor cores for the product: sm_80+ and not REDWING_CUDA_MATMUL=simt.
 bool UseTensorCores() {
-  static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_MATMUL");
-    if (e != nullptr && std::strcmp(e, "simt") == 0) return false;
+  static const bool sm80 = [] {
     int dev = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     return major >= 8;
   }();
-  return on;
+  return sm80 && CurrentTuning().matmul != MatMulVariant::kSimt;
 }
 
-// REDWING_CUDA_STACK=0: products that share an input launch one by one (for comparison).
+// x split once goes to the wgmma/planes kernels (REDWING_CUDA_MATMUL=bf16 or tf32: never).
+bool UsePlanes() {
+  return CurrentTuning().matmul == MatMulVariant::kPlanes;
+}
+
+// Affine weights may take the bf16 kernel (REDWING_CUDA_MATMUL=tf32: the simple 3xTF32 kernel of
+// ops_matmul_simple.cu for them too).
+bool UseBf16Kernel() {
+  return CurrentTuning().matmul != MatMulVariant::kTf32;
+}
+
+// Products that share an input launch as one over their rows stacked (REDWING_CUDA_STACK=0: one
+// by one).
 bool UseStacks() {
-  static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_STACK");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on;
+  return CurrentTuning().stack;
+}
+
+// The planes kernels (warpgroup MMA, else planes) for x split once; cudaErrorNotSupported when
+// neither takes the product.
+cudaError_t PlanesMatMul(const DevMat& w, const uint8_t* const* blobs, int groups, const int* row0,
+                         const int* rows, int64_t dense_rows, int64_t max_rows, const int* gather,
+                         const XPlanes& xp, float* y, cudaStream_t s, int64_t total_rows) {
+  cudaError_t e = LaunchAffineMatMulWgmma(w, blobs, groups, row0, rows, dense_rows, max_rows,
+                                          gather, xp, y, s, total_rows);
+  if (e != cudaErrorNotSupported) {
+    CountPath(Path::kMatMulWgmma);
+    return e;
+  }
+  e = LaunchAffineMatMulPlanes(w, blobs, groups, row0, rows, dense_rows, max_rows, gather, xp, y,
+                               s);
+  if (e != cudaErrorNotSupported) CountPath(Path::kMatMulPlanes);
+  return e;
+}
+
+// The kernels for x as it is: bf16 for affine weights, else the simple 3xTF32 one.
+cudaError_t UnsplitMatMul(const DevMat& w, const uint8_t* const* blobs, int groups, const int* row0,
+                          const int* rows, int64_t dense_rows, int64_t max_rows, const int* gather,
+                          const float* x, float* y, cudaStream_t s) {
+  if (UseBf16Kernel()) {
+    const cudaError_t e =
+        LaunchAffineMatMulBf16(w, blobs, groups, row0, rows, dense_rows, max_rows, gather, x, y, s);
+    if (e != cudaErrorNotSupported) {
+      CountPath(Path::kMatMulBf16);
+      return e;
+    }
+  }
+  CountPath(Path::kMatMulTf32);
+  return LaunchMatMulTf32(w, blobs, groups, row0, rows, dense_rows, max_rows, gather, x, y, s);
 }
 
 }  // namespace
@@ -64,18 +82,13 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
   if (cudaError_t e = CheckMat(w); e != cudaSuccess) return e;
   if (UseTensorCores() && m >= 16) {
     if (xp != nullptr && xp->rows >= m && UsePlanes()) {
-      cudaError_t e =
-          LaunchAffineMatMulWgmma(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s);
-      if (e == cudaErrorNotSupported)
-        e = LaunchAffineMatMulPlanes(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s);
+      const cudaError_t e =
+          PlanesMatMul(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s, 0);
       if (e != cudaErrorNotSupported) return e;
     }
-    const cudaError_t e = UseBf16Kernel() ? LaunchAffineMatMulBf16(w, nullptr, 1, nullptr, nullptr,
-                                                                   m, m, nullptr, x, y, s)
-                                          : cudaErrorNotSupported;
-    if (e != cudaErrorNotSupported) return e;
-    return LaunchMatMulTf32(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, x, y, s);
+    return UnsplitMatMul(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, x, y, s);
   }
+  CountPath(Path::kMatMulSimt);
   return LaunchMatMulSimt(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, x, y, s);
 }
 
@@ -86,7 +99,10 @@ cudaError_t LaunchMatMulMulti(const DevMat* w, float* const* y, int n, const flo
       UsePlanes()) {
     const cudaError_t e =
         LaunchAffineMatMulWgmmaStack(w, y, n, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, s);
-    if (e != cudaErrorNotSupported) return e;
+    if (e != cudaErrorNotSupported) {
+      CountPath(Path::kMatMulWgmmaStacked);
+      return e;
+    }
   }
   for (int i = 0; i < n; ++i)
     if (cudaError_t e = LaunchMatMul(w[i], x, m, y[i], s, xp); e != cudaSuccess) return e;
@@ -103,7 +119,10 @@ cudaError_t LaunchExpertGateUpMatMul(const ExpertMats& e, const uint8_t* const* 
     float* const y[2] = {gate, up};
     const cudaError_t err = LaunchAffineMatMulWgmmaStack(w, y, 2, blobs, groups, row0, rows, 0,
                                                          max_rows, gather, *xp, s, total_rows);
-    if (err != cudaErrorNotSupported) return err;
+    if (err != cudaErrorNotSupported) {
+      CountPath(Path::kMatMulWgmmaStacked);
+      return err;
+    }
   }
   if (cudaError_t err = LaunchExpertMatMul(e, 0, blobs, groups, row0, rows, max_rows, gather, x,
                                            gate, s, xp, total_rows);
@@ -122,19 +141,13 @@ cudaError_t LaunchExpertMatMul(const ExpertMats& e, int which, const uint8_t* co
   if (cudaError_t err = CheckMat(w); err != cudaSuccess) return err;
   if (UseTensorCores()) {
     if (xp != nullptr && UsePlanes()) {
-      cudaError_t err = LaunchAffineMatMulWgmma(w, blobs, groups, row0, rows, 0, max_rows, gather,
-                                                *xp, y, s, total_rows);
-      if (err == cudaErrorNotSupported)
-        err =
-            LaunchAffineMatMulPlanes(w, blobs, groups, row0, rows, 0, max_rows, gather, *xp, y, s);
+      const cudaError_t err =
+          PlanesMatMul(w, blobs, groups, row0, rows, 0, max_rows, gather, *xp, y, s, total_rows);
       if (err != cudaErrorNotSupported) return err;
     }
-    const cudaError_t err = UseBf16Kernel() ? LaunchAffineMatMulBf16(w, blobs, groups, row0, rows,
-                                                                     0, max_rows, gather, x, y, s)
-                                            : cudaErrorNotSupported;
-    if (err != cudaErrorNotSupported) return err;
-    return LaunchMatMulTf32(w, blobs, groups, row0, rows, 0, max_rows, gather, x, y, s);
+    return UnsplitMatMul(w, blobs, groups, row0, rows, 0, max_rows, gather, x, y, s);
   }
+  CountPath(Path::kMatMulSimt);
   return LaunchMatMulSimt(w, blobs, groups, row0, rows, 0, max_rows, gather, x, y, s);
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/matvec_kernels.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -19,11 +20,25 @@ bool Aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
-// The integer tensor-core kernel where it takes the launch, else the register-tiled SIMT kernels
-// (f.ku != 0), else the generic ones.
+// The register-tiled kernels' shape for w, none under REDWING_CUDA_MATVEC=generic.
+FastShape FastShapeFor(const DevMat& w, const float* x) {
+  return CurrentTuning().matvec == MatVecVariant::kGeneric ? FastShape{} : FastFor(w, x);
+}
+
+// The integer tensor-core kernel where it takes the launch (not under REDWING_CUDA_MATVEC=simt
+// or generic), else the register-tiled SIMT kernels (f.ku != 0), else the generic ones.
 cudaError_t Dispatch(FastShape f, const MatVecArgs& a, cudaStream_t s) {
-  if (f.ku == 0) return LaunchMatVecGeneric(a, s);
-  if (const cudaError_t e = LaunchAffineMatVecI8(a, s); e != cudaErrorNotSupported) return e;
+  if (f.ku == 0) {
+    CountPath(Path::kMatVecGeneric);
+    return LaunchMatVecGeneric(a, s);
+  }
+  if (CurrentTuning().matvec == MatVecVariant::kInt8) {
+    if (const cudaError_t e = LaunchAffineMatVecI8(a, s); e != cudaErrorNotSupported) {
+      CountPath(Path::kMatVecInt8);
+      return e;
+    }
+  }
+  CountPath(Path::kMatVecTiled);
   return LaunchMatVecTiled(f, a, s);
 }
 
@@ -39,7 +54,7 @@ cudaError_t LaunchMatVec(const DevMat& w, const float* x, float* y, cudaStream_t
   a.rows = w.rows;
   a.cols = w.cols;
   a.x = x;
-  return Dispatch(FastFor(w, x), a, s);
+  return Dispatch(FastShapeFor(w, x), a, s);
 }
 
 cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const float* x,
@@ -58,9 +73,9 @@ cudaError_t LaunchMatVecMulti(const DevMat* w, float* const* y, int n, const flo
   a.slots = static_cast<unsigned>(n);
   a.x = x;
   // The fast kernels when every matrix takes the same one (q/k/v share their shape's width).
-  FastShape f = FastFor(w[0], x);
+  FastShape f = FastShapeFor(w[0], x);
   for (int i = 1; i < n && f.ku != 0; ++i) {
-    const FastShape fi = FastFor(w[i], x);
+    const FastShape fi = FastShapeFor(w[i], x);
     if (fi.bits != f.bits || fi.ku != f.ku || w[i].cols != w[0].cols) f = FastShape{};
   }
   return Dispatch(f, a, s);
@@ -80,7 +95,7 @@ cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float*
   a.cols = gate.cols;
   a.x = x;
   a.h = h;
-  const FastShape f = SameShape(gate, up) ? FastFor(gate, x) : FastShape{};
+  const FastShape f = SameShape(gate, up) ? FastShapeFor(gate, x) : FastShape{};
   return Dispatch(f, a, s);
 }
 
@@ -103,7 +118,7 @@ cudaError_t LaunchExpertGateUp(const ExpertMats& e, const uint8_t* const* blobs,
   a.x = x;
   a.x_stride = x_stride;
   a.h = h;
-  const FastShape f = SameShape(e.gate, e.up) ? FastFor(e.gate, x) : FastShape{};
+  const FastShape f = SameShape(e.gate, e.up) ? FastShapeFor(e.gate, x) : FastShape{};
   return Dispatch(f, a, s);
 }
 
@@ -122,7 +137,7 @@ cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, c
   a.blobs = blobs;
   a.idx = idx;
   a.x = h;
-  return Dispatch(FastFor(e.down, h), a, s);
+  return Dispatch(FastShapeFor(e.down, h), a, s);
 }
 
 }  // namespace rw::cuda

@@ -37,8 +37,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
@@ -389,11 +387,9 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
   }
 }
 
+// sm_80+ (the dispatcher leaves it out under REDWING_CUDA_MATVEC=simt or generic).
 bool Allowed() {
   static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_MATVEC");
-    if (e != nullptr && (std::strcmp(e, "simt") == 0 || std::strcmp(e, "generic") == 0))
-      return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)

@@ -10,8 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
@@ -458,14 +456,6 @@ __global__ void __launch_bounds__(32 * kWarps, MinBlocksFor(kU))
 
 constexpr int kFastU[6] = {1, 2, 3, 4, 6, 8};  // the kU values instantiated
 
-bool FastAllowed() {
-  static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_MATVEC");
-    return e == nullptr || std::strcmp(e, "generic") != 0;
-  }();
-  return on;
-}
-
 // Blocks per launch at most: as many as the GPU holds at once (beyond that, blocks stride over
 // the rows rather than wait for a second wave, and stage x once each).
 template <typename Kernel>
@@ -506,7 +496,7 @@ cudaError_t LaunchFastT(bool gateup, const MatVecBatch& b, const DevMat& gate, c
 // 4 KiB-aligned in the file and 256-byte aligned in VRAM slots).
 FastShape FastFor(const DevMat& w, const float* x) {
   FastShape f;
-  if (!FastAllowed() || w.type != DevMat::kAffine || (w.bits != 4 && w.bits != 8)) return f;
+  if (w.type != DevMat::kAffine || (w.bits != 4 && w.bits != 8)) return f;
   const int64_t chunk = 128 / w.bits;  // elements per 16 bytes of codes
   if (w.cols % chunk != 0 || w.group % chunk != 0 || w.cols > kMaxStaged) return f;
   if (((reinterpret_cast<uintptr_t>(w.data) | reinterpret_cast<uintptr_t>(x)) & 15u) != 0) return f;

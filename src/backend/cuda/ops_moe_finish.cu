@@ -232,6 +232,7 @@ cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows,
   if (m <= 0) return cudaSuccess;
   if (k > 32 || n > 12 * 1024 || next_norm == nullptr || next_out == nullptr)
     return cudaErrorInvalidValue;
+  CountPath(Path::kFusedRows);
   return MoeFinishLaunch(idx, w, rows, y, m, k, n, post_ff1, post_ff2, m1, post_ff, x, eps, scalar,
                          next_norm, next_out, s);
 }

@@ -183,6 +183,7 @@ cudaError_t LaunchResidualFfnInputs(float* x, const float* o, int64_t rows, int 
                                     const float* pre_ff2, const float* router_scale, float root,
                                     float eps, float* a, float* a2, float* r, cudaStream_t s) {
   if (rows <= 0) return cudaSuccess;
+  CountPath(Path::kFusedRows);
   if (RegRows(n))
     return LaunchKernel(ResidualFfnInputsRegKernel, static_cast<unsigned>(rows), kRowThreads, 0, s,
                         x, o, n, post_attn, pre_ff, pre_ff2, router_scale, root, eps, a, a2, r);

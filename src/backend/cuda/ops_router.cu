@@ -4,12 +4,10 @@
 // of up to 256 experts), a block per token (more experts).
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -228,15 +226,13 @@ cudaError_t LaunchRouteTopK(const float* logits, float* probs, int64_t m, int nu
   if (k > 64 || k > num_experts) return cudaErrorInvalidValue;
   if (num_experts <= 32 * kWarpRouterMax && k <= 32) {
     // REDWING_CUDA_TOPK=warp: the warp kernel for every chunk size (comparisons).
-    static const bool warp_only = [] {
-      const char* e = std::getenv("REDWING_CUDA_TOPK");
-      return e != nullptr && std::strcmp(e, "warp") == 0;
-    }();
-    if (m == 1 && !warp_only) {
+    if (m == 1 && CurrentTuning().rank_topk) {
+      CountPath(Path::kTopKRank);
       LaunchKernel(RouteTopKRankKernel, 1, (num_experts + 31) / 32 * 32, 0, s, logits, probs,
                    num_experts, k, per_expert_scale, idx, w);
       return cudaGetLastError();
     }
+    CountPath(Path::kTopKWarp);
     LaunchKernel(RouteTopKWarpKernel, Blocks(m, 4), 128, 0, s, logits, probs, m, num_experts, k,
                  per_expert_scale, idx, w);
     return cudaGetLastError();

@@ -6,10 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/device_math.cuh"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 
@@ -53,12 +52,11 @@ __device__ __forceinline__ void BlockSum2D(double& a, double& b, double2* smem32
 }
 
 // Whether a row of n takes the register kernels (REDWING_CUDA_ROWS=shared: never, for comparison).
+// Counts the path it picks.
 inline bool RegRows(int n) {
-  static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_ROWS");
-    return e == nullptr || std::strcmp(e, "shared") != 0;
-  }();
-  return on && n <= kRowThreads * kRowPer;
+  const bool on = CurrentTuning().register_rows && n <= kRowThreads * kRowPer;
+  CountPath(on ? Path::kRowsRegisters : Path::kRowsShared);
+  return on;
 }
 
 // Blocks of kThreads for n elements.
