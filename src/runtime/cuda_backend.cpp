@@ -1,11 +1,11 @@
 // The CUDA forward pass (runtime/cuda_forward.h) behind ForwardBackend, and the GPU's copy of
 // the weights behind DeviceModel. Built only with CUDA (cuda_backend_none.cpp otherwise).
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/activity_trace.h"
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/tuning.h"
 #include "base/log.h"
 #include "base/trace.h"
 #include "runtime/cuda_forward.h"
@@ -139,6 +139,13 @@ const CudaModel* CudaModelOf(const DeviceModel* device) {
   return device != nullptr ? static_cast<const CudaDeviceModel*>(device)->model() : nullptr;
 }
 
+// A bad REDWING_CUDA_* value stops the upload with what was wrong.
+static Status TuningStatus() {
+  const std::string& errors = cuda::TuningErrors();
+  if (errors.empty()) return Status::Ok();
+  return Error(ErrorCode::kInvalidArgument, "{}", errors);
+}
+
 Status CudaBackendAvailable() {
   return cuda::DeviceStatus();
 }
@@ -151,20 +158,20 @@ Result<std::unique_ptr<DeviceModel>> UploadCudaModel(const RuntimeModel& model,
   co.vram_budget = o.vram_budget;
   co.max_context = o.max_context;
   co.prefill_chunk = o.prefill_chunk;
-  // Environment overrides, to compare the expert paths and graphs without a flag.
+  // Environment overrides (backend/cuda/tuning.h, parsed once), to compare the expert paths and
+  // graphs without a flag.
+  RW_RETURN_IF_ERROR(TuningStatus());
+  const cuda::Tuning& env = cuda::CurrentTuning();
   CudaExpertPath path = o.experts;
-  if (const char* env = std::getenv("REDWING_CUDA_EXPERTS")) {
-    RW_ASSIGN_OR_RETURN(path, ParseCudaExpertPath(env));
-  }
+  if (env.experts == cuda::ExpertPath::kAuto) path = CudaExpertPath::kAuto;
+  if (env.experts == cuda::ExpertPath::kMapped) path = CudaExpertPath::kMapped;
+  if (env.experts == cuda::ExpertPath::kCopy) path = CudaExpertPath::kCopy;
   co.experts.mapped = path != CudaExpertPath::kCopy;
-  co.experts.max_promotions = o.promotions;
-  if (const char* env = std::getenv("REDWING_CUDA_PROMOTIONS"))
-    co.experts.max_promotions = std::atoi(env);
-  co.experts.prefill_in_place = o.prefill_in_place;
-  if (const char* env = std::getenv("REDWING_CUDA_PREFILL_EXPERTS"))
-    co.experts.prefill_in_place = std::string(env) == "mapped";
-  const char* graphs_env = std::getenv("REDWING_CUDA_GRAPHS");
-  const bool graphs = o.graphs && !(graphs_env != nullptr && std::string(graphs_env) == "0");
+  co.experts.max_promotions = env.promotions >= 0 ? env.promotions : o.promotions;
+  co.experts.prefill_in_place = env.prefill_experts == cuda::ExpertPath::kUnset
+                                    ? o.prefill_in_place
+                                    : env.prefill_experts == cuda::ExpertPath::kMapped;
+  const bool graphs = o.graphs && env.graphs;
   // A trace that records events gets the GPU's kernels and copies too (from the upload on).
   if ((trace::CurrentMode() & trace::kEvents) != 0)
     if (Status s = cuda::StartActivityTrace(); !s.ok()) RW_LOG_WARN("trace: {}", s.ToString());

@@ -5,13 +5,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <string_view>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/tuning.h"
 #include "runtime/cuda_forward.h"
 
 namespace rw {
@@ -19,12 +18,6 @@ namespace {
 
 cudaStream_t S(void* s) {
   return static_cast<cudaStream_t>(s);
-}
-
-template <typename T>
-bool ParseNumber(std::string_view text, T* out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
-  return ec == std::errc() && end == text.data() + text.size();
 }
 
 }  // namespace
@@ -55,28 +48,20 @@ Status CudaForwardPass::AtLayer(int li) {
 }
 
 Status CudaForwardPass::ReadInjectedFault() {
+  // Read per pass, not once (backend/cuda/tuning.h): a test gives one session the fault.
   const char* env = std::getenv("REDWING_CUDA_INJECT_FAULT");
-  if (env == nullptr || *env == '\0') return Status::Ok();
-  const std::string_view text(env);
-  std::string_view parts[3];
-  size_t n = 0, begin = 0;
-  for (size_t i = 0; i <= text.size() && n < 3; ++i)
-    if (i == text.size() || text[i] == ',') {
-      parts[n++] = text.substr(begin, i - begin);
-      begin = i + 1;
-    }
-  const bool ok = begin > text.size() && ParseNumber(parts[0], &inject_layer_) &&
-                  inject_layer_ >= 0 && inject_layer_ <= c_.num_layers &&
-                  (n < 2 || ParseNumber(parts[1], &inject_call_)) &&
-                  (n < 3 || parts[2] == "sticky");
-  if (!ok) {
-    inject_layer_ = -1;
+  cuda::FaultInjection f;
+  std::string error;
+  if (!cuda::ParseFaultInjection(env, &f, &error))
+    return Error(ErrorCode::kInvalidArgument, "{}", error);
+  if (f.layer > c_.num_layers)
     return Error(ErrorCode::kInvalidArgument,
                  "REDWING_CUDA_INJECT_FAULT must be <layer>[,<call>[,sticky]] with the layer in "
                  "0..{} and the call counted from 0, not '{}'",
-                 c_.num_layers, text);
-  }
-  inject_sticky_ = n == 3;
+                 c_.num_layers, env);
+  inject_layer_ = f.layer;
+  inject_call_ = f.call;
+  inject_sticky_ = f.sticky;
   return Status::Ok();
 }
 

@@ -22,17 +22,6 @@ cudaStream_t S(void* s) {
   return static_cast<cudaStream_t>(s);
 }
 
-// Decode's row kernels fused across op boundaries (the post-attention residual into the
-// feed-forward inputs, a MoE layer's end into the next layer's input norm): one launch fewer
-// each. REDWING_CUDA_FUSE=0 runs them apart, for comparison.
-bool FuseRows() {
-  static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_FUSE");
-    return e == nullptr || std::string(e) != "0";
-  }();
-  return on;
-}
-
 }  // namespace
 
 // Launches one op; with REDWING_CUDA_TIMING=1 also marks its end for the per-op GPU times.
@@ -45,7 +34,12 @@ bool FuseRows() {
 Result<std::unique_ptr<CudaForwardPass>> CudaForwardPass::Create(const CudaModel& model,
                                                                  int64_t max_context,
                                                                  int64_t max_chunk) {
+  // A REDWING_CUDA_* variable with a bad value: refused, rather than measuring the default
+  // under a name that says otherwise.
+  if (const std::string& bad = cuda::TuningErrors(); !bad.empty())
+    return Error(ErrorCode::kInvalidArgument, "{}", bad);
   auto f = std::unique_ptr<CudaForwardPass>(new CudaForwardPass(model));
+  f->tuning_ = cuda::CurrentTuning();
   RW_RETURN_IF_ERROR(f->Allocate(max_context, max_chunk));
   RW_RETURN_IF_ERROR(f->ReadInjectedFault());
   return f;
@@ -108,13 +102,11 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   cudaEvent_t ev;
   RW_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
   routed_ = ev;
-  const char* timing = std::getenv("REDWING_CUDA_TIMING");
-  timing_ = timing != nullptr && std::string(timing) == "1";
+  timing_ = tuning_.timing;
   mapped_ = model_.experts() != nullptr && model_.experts()->mapped();
   // Decode from a table runs the experts beside the dense MLP (both chains are latency-bound;
   // resident 183 -> 193 tok/s on the H200); REDWING_CUDA_OVERLAP=0 turns it off.
-  const char* overlap = std::getenv("REDWING_CUDA_OVERLAP");
-  overlap_ = overlap == nullptr || std::string(overlap) != "0";
+  overlap_ = tuning_.overlap;
   const int64_t H = c_.hidden_size, nh = c_.num_heads, E = c_.num_experts, k = c_.top_k;
   const int64_t hd_max = std::max(c_.sliding.head_dim, c_.full.head_dim);
   const int64_t kv_max = std::max(int64_t{c_.sliding.num_kv_heads} * c_.sliding.head_dim,
@@ -208,14 +200,10 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
 int CudaForwardPass::Splits(int li, int64_t m) const {
   // Decode: enough key splits to spread a long context over the GPU, a function of the
   // capacity only so a captured graph stays valid at every position. Prefill: one per query.
-  // 64 keys a split: two tiles of the attention kernel, whose tiles run one after another.
+  // 64 keys a split: two tiles of the attention kernel, whose tiles run one after another
+  // (REDWING_CUDA_SPLIT_KEYS for comparisons).
   if (m > 1) return 1;
-  const int64_t cap = capacity_[static_cast<size_t>(li)];
-  static const int64_t keys = [] {  // REDWING_CUDA_SPLIT_KEYS for comparisons
-    const char* e = std::getenv("REDWING_CUDA_SPLIT_KEYS");
-    return e != nullptr ? std::max<int64_t>(32, std::atoll(e)) : int64_t{64};
-  }();
-  return static_cast<int>(std::clamp<int64_t>((cap + keys - 1) / keys, 1, 64));
+  return cuda::DecodeAttentionSplits(capacity_[static_cast<size_t>(li)], tuning_.split_keys);
 }
 
 Status CudaForwardPass::Sync() {
@@ -226,6 +214,7 @@ Status CudaForwardPass::Sync() {
 }
 
 Status CudaForwardPass::Mark(const char* what) {
+  cuda::CountPath(cuda::Path::kTimingMark);
   if (marks_ >= events_.size()) {
     cudaEvent_t ev;
     RW_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev), "timing event");
@@ -490,7 +479,6 @@ Status CudaForwardPass::AfterCall(int64_t m) {
 
 Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
   cuda::SetOverlappedLaunches(m == 1);
-  cuda::SetHostExpertReads(mapped_);
   RW_RETURN_IF_ERROR(Embed(m));
   RW_RETURN_IF_ERROR(RopeTables(m));
   for (int li = 0; li < c_.num_layers; ++li) {
@@ -575,7 +563,7 @@ Status CudaForwardPass::DecoderLayer(int li, int64_t m) {
   RW_RETURN_IF_ERROR(Attention(li, m));
   // The three readers of h (dense MLP, experts, router) normalize it in one pass.
   const float root = static_cast<float>(std::pow(static_cast<double>(H), -0.5));
-  if (FuseRows()) {  // with A8 (Attention left it)
+  if (tuning_.fuse_rows) {  // with A8 (Attention left it)
     RW_K(cuda::LaunchResidualFfnInputs(x_, o_, m, static_cast<int>(H), L.post_attn_ln, L.pre_ff_ln,
                                        L.pre_ff_ln2, L.router_scale, root, eps, a_,
                                        c_.enable_moe ? a2_ : nullptr, c_.enable_moe ? r_ : nullptr,
@@ -593,6 +581,7 @@ Status CudaForwardPass::DecoderLayer(int li, int64_t m) {
   const bool fork =
       c_.enable_moe && m == 1 && overlap_ && !timing_ && model_.decode_table() != nullptr;
   if (fork) {
+    cuda::CountPath(cuda::Path::kExpertsBeside);
     RW_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(fork_), S(stream_)), "fork");
     RW_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(S(side_), static_cast<cudaEvent_t>(fork_), 0),
                             "fork");
@@ -626,7 +615,7 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
   const float eps = static_cast<float>(c_.rms_norm_eps);
   cudaStream_t s = S(stream_);
   // A1 (after a MoE layer, that layer's last kernel wrote it: MoeFinish).
-  if (!FuseRows() || li == 0 || !c_.enable_moe)
+  if (!tuning_.fuse_rows || li == 0 || !c_.enable_moe)
     RW_K(cuda::LaunchRmsNormRows(x_, a_, m, static_cast<int>(H), L.input_ln, eps, s), "input norm");
   // A2–A4: projections; V from v_proj, or (k_eq_v) from the raw K before k_norm.
   if (m == 1) {
@@ -665,7 +654,7 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
   RW_RETURN_IF_ERROR(Linear(L.o, att_, m, o_, xo));
   residual_intact_ = false;  // x_ stops being this layer's input (see resume_layer)
   // A8 (fused into DecoderLayer's next kernel unless REDWING_CUDA_FUSE=0).
-  if (!FuseRows())
+  if (!tuning_.fuse_rows)
     RW_K(cuda::LaunchAddRmsNorm(x_, o_, m, static_cast<int>(H), L.post_attn_ln, eps, 1.0f, s),
          "post attention");
   return Status::Ok();
@@ -725,7 +714,7 @@ Status CudaForwardPass::MoeFinish(int li, int64_t m) {
   const int* rows = m == 1 ? nullptr : rows_of_;
   const float eps = static_cast<float>(c_.rms_norm_eps);
   const float scalar = model_.host().layer(li).layer_scalar;
-  if (FuseRows() && li + 1 < c_.num_layers) {
+  if (tuning_.fuse_rows && li + 1 < c_.num_layers) {
     RW_K(cuda::LaunchMoeFinishNorm(Idx(li, m), topk_w_, rows, ex_y_, m, c_.top_k, c_.hidden_size,
                                    L.post_ff_ln1, L.post_ff_ln2, m1_, L.post_ff_ln, x_, eps, scalar,
                                    model_.layer(li + 1).input_ln, a_, S(stream_)),
@@ -770,11 +759,9 @@ Status CudaForwardPass::ExpertsDecode(int li, void* stream) {
 // A chunk: the choice is read back, the chunk's (token, expert) pairs grouped by expert (each
 // expert's weights read once for all its tokens), experts fetched in batches the cache can hold.
 bool CudaForwardPass::GpuPlan() const {
-  static const bool on = [] {  // REDWING_CUDA_GPU_PLAN=0: the host's plan (comparisons)
-    const char* e = std::getenv("REDWING_CUDA_GPU_PLAN");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
-  return on && model_.resident_table() != nullptr && c_.num_experts <= cuda::kMaxPlanExperts;
+  // REDWING_CUDA_GPU_PLAN=0: the host's plan (comparisons).
+  return tuning_.gpu_plan && model_.resident_table() != nullptr &&
+         c_.num_experts <= cuda::kMaxPlanExperts;
 }
 
 Status CudaForwardPass::ExpertsPrefill(int li, int64_t m) {

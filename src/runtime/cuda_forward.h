@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda.h"
+#include "backend/cuda/tuning.h"
 #include "runtime/cuda_model.h"
 #include "runtime/forward.h"
 
@@ -238,6 +239,8 @@ class CudaForwardPass {
   int inject_layer_ = -1, fault_layer_ = -1;  // fault_layer_: the injected fault of this call
   uint64_t inject_call_ = 0;
   bool inject_sticky_ = false, lost_ = false;
+  // The REDWING_CUDA_* settings in force when the pass was made (backend/cuda/tuning.h).
+  cuda::Tuning tuning_;
   bool timing_ = false;
   std::vector<void*> events_;  // cudaEvent_t
   std::vector<const char*> labels_;

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda.h"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda_device_util.h"
 #include "backend/cuda_test_util.h"
 #include "base/bf16.h"
 #include "runtime/cuda_model.h"
@@ -23,51 +24,11 @@
 namespace rw {
 namespace {
 
-// A device copy of a host vector (kept alive by the test).
-template <typename T>
-struct Dev {
-  cuda::DeviceBuffer buf;
-  size_t n = 0;
-  explicit Dev(const std::vector<T>& h) : n(h.size()) {
-    auto b = cuda::DeviceBuffer::Alloc(std::max<size_t>(1, n) * sizeof(T));
-    EXPECT_TRUE(b.ok());
-    buf = std::move(*b);
-    if (n > 0) {
-      EXPECT_TRUE(buf.CopyFromHost(h.data(), n * sizeof(T)).ok());
-    }
-  }
-  explicit Dev(size_t count) : Dev(std::vector<T>(count)) {}
-  T* p() const { return static_cast<T*>(buf.data()); }
-  std::vector<T> Get() const {
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<T> h(n);
-    if (n > 0) {
-      EXPECT_TRUE(buf.CopyToHost(h.data(), n * sizeof(T)).ok());
-    }
-    return h;
-  }
-};
-
-std::vector<float> Randn(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(rng);
-  return v;
-}
-
-// ‖a − b‖ / ‖b‖.
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
+using test::Dev;
 using test::HostWeight;
+using test::Randn;
 using test::RandomWeight;
+using test::RelErr;
 
 struct Shape {
   WeightType type;

@@ -2,13 +2,12 @@
 // GPU holds at once.
 #include "backend/cuda/launch.cuh"
 
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "backend/cuda/ops.h"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -21,15 +20,13 @@ void SetOverlappedLaunches(bool on) {
 
 bool PdlEnabled() {
   static const bool supported = [] {
-    const char* e = std::getenv("REDWING_CUDA_PDL");
-    if (e != nullptr && std::strcmp(e, "0") == 0) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
       return false;
     return major >= 9;
   }();
-  return supported && t_pdl;
+  return supported && t_pdl && CurrentTuning().pdl;
 }
 
 unsigned ResidentBlocks(const void* kernel, int threads, size_t smem) {

@@ -16,6 +16,8 @@
 
 #include <utility>
 
+#include "backend/cuda/tuning.h"
+
 namespace rw::cuda {
 
 __device__ __forceinline__ void PdlLaunchDependents() {
@@ -56,7 +58,9 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = PdlEnabled() ? 1 : 0;
+  const bool pdl = PdlEnabled();
+  cfg.numAttrs = pdl ? 1 : 0;
+  if (pdl) CountPath(Path::kOverlappedLaunch);
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

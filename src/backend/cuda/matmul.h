@@ -1,5 +1,7 @@
-// The tensor-core prefill matmuls for affine weights (ops_matmul_bf16.cu, ops_matmul.cu), called
-// by the launchers of ops_linear.cu.
+// The prefill matmul kernels' interface to their dispatcher (ops_matmul_dispatch.cu, which holds
+// the public launchers of ops.h): the tensor-core matmuls for affine weights
+// (ops_matmul_bf16.cu, ops_matmul_planes.cu, ops_matmul_wgmma.cu) and the simple kernels for
+// every format (ops_matmul_simple.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,17 +14,9 @@ namespace rw::cuda {
 
 // Y[row0s[g] + r] = X[gather(row0s[g] + r)]·W_gᵀ for r < rowss[g] of each group g (blobs: the
 // groups' expert blobs, w holding offsets); dense when blobs, row0s and rowss are null (rows =
-// dense_rows). cudaErrorNotSupported when w is not affine 4/8-bit or x is not 16-byte aligned:
-// the caller then takes the simple kernel. Runs LaunchAffineMatMulBf16 where it applies, else
-// the pipelined 3xTF32 kernel (which REDWING_CUDA_MATMUL=tf32pipe selects for all).
-cudaError_t LaunchAffineMatMulTc(const DevMat& w, const uint8_t* const* blobs, int groups,
-                                 const int* row0s, const int* rowss, int64_t dense_rows,
-                                 int64_t max_rows, const int* gather, const float* x, float* y,
-                                 cudaStream_t s);
-
-// The same product on bf16 tensor cores, x split into three bf16 parts (exact to fp32
-// rounding). cudaErrorNotSupported unless w is affine 4/8-bit with group 32 or a multiple of 64
-// and x is 16-byte aligned.
+// dense_rows), on bf16 tensor cores, x split into three bf16 parts (exact to fp32 rounding).
+// cudaErrorNotSupported unless w is affine 4/8-bit with group 32 or a multiple of 64 and x is
+// 16-byte aligned: the caller then takes the simple kernel.
 cudaError_t LaunchAffineMatMulBf16(const DevMat& w, const uint8_t* const* blobs, int groups,
                                    const int* row0s, const int* rowss, int64_t dense_rows,
                                    int64_t max_rows, const int* gather, const float* x, float* y,
@@ -54,5 +48,16 @@ cudaError_t LaunchAffineMatMulWgmmaStack(const DevMat* w, float* const* y, int n
                                          const int* rowss, int64_t dense_rows, int64_t max_rows,
                                          const int* gather, const XPlanes& x, cudaStream_t s,
                                          int64_t total_rows = 0);
+
+// The simple kernels, any weight format and shape, with the arguments above: 3xTF32 on tensor
+// cores (sm_80+), or fp32 FMAs.
+cudaError_t LaunchMatMulTf32(const DevMat& w, const uint8_t* const* blobs, int groups,
+                             const int* row0s, const int* rowss, int64_t dense_rows,
+                             int64_t max_rows, const int* gather, const float* x, float* y,
+                             cudaStream_t s);
+cudaError_t LaunchMatMulSimt(const DevMat& w, const uint8_t* const* blobs, int groups,
+                             const int* row0s, const int* rowss, int64_t dense_rows,
+                             int64_t max_rows, const int* gather, const float* x, float* y,
+                             cudaStream_t s);
 
 }  // namespace rw::cuda

@@ -26,6 +26,15 @@ struct DevMat {
   const uint16_t* biases = nullptr;
 };
 
+// cudaErrorInvalidValue for an affine format no kernel reads (4/8-bit, groups of 32·j dividing
+// the row); the launchers check every matrix with it.
+inline cudaError_t CheckMat(const DevMat& w) {
+  if (w.type != DevMat::kAffine) return cudaSuccess;
+  if ((w.bits != 4 && w.bits != 8) || w.group % 32 != 0 || w.cols % w.group != 0)
+    return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
 // One routed expert's three matrices; data/scales/biases hold byte offsets from the expert's
 // blob (the kernels add the blob's device address).
 struct ExpertMats {
@@ -37,11 +46,8 @@ struct ExpertMats {
 // by default; the forward pass turns it off for prefill, whose long kernels gain nothing from it
 // (measured slower).
 void SetOverlappedLaunches(bool on);
-// Whether this thread's decode expert launches may read blobs in pinned host memory (the mapped
-// path under a VRAM budget): their kernels then keep to loads that suit PCIe reads.
-void SetHostExpertReads(bool may);
 
-// ---- Linear -----------------------------------------------------------------------------------
+// ---- Linear (ops_matvec_dispatch.cu, ops_matmul_dispatch.cu, ops_matmul_planes.cu) --------------
 
 // y[N] = W·x (decode).
 cudaError_t LaunchMatVec(const DevMat& w, const float* x, float* y, cudaStream_t s);
@@ -108,7 +114,7 @@ cudaError_t LaunchExpertGateUpMatMul(const ExpertMats& e, const uint8_t* const* 
                                      cudaStream_t s, const XPlanes* xp = nullptr,
                                      int64_t total_rows = 0);
 
-// ---- Norms, activations, elementwise ----------------------------------------------------------
+// ---- Norms (ops_norm.cu), activations and elementwise (ops_elementwise.cu) ----------------------
 
 // y = x · (mean(x²) + eps)^-½ · w per row of n (w null: weightless). In place allowed.
 cudaError_t LaunchRmsNormRows(const float* x, float* y, int64_t rows, int n, const float* w,
@@ -140,7 +146,7 @@ cudaError_t LaunchAxpy(float* y, float a, const float* x, int64_t n, cudaStream_
 cudaError_t LaunchEmbed(const DevMat& e, const int* ids, int64_t m, float scale, float* out,
                         cudaStream_t s);
 
-// ---- RoPE and the KV cache --------------------------------------------------------------------
+// ---- RoPE and the KV cache (ops_rope_kv.cu) -----------------------------------------------------
 
 // cos/sin [m][half] of float(pos0 + t)·inv_freq[i].
 cudaError_t LaunchRopeTable(const int64_t* pos0, int64_t m, const float* inv_freq, int half,
@@ -162,7 +168,7 @@ cudaError_t LaunchQkvPost(float* q, float* k, float* v, int64_t m, int n_heads, 
                           const float* sin, float* k_cache, float* v_cache, int64_t capacity,
                           const int64_t* pos0, float eps, cudaStream_t s);
 
-// ---- Attention --------------------------------------------------------------------------------
+// ---- Attention (ops_attention.cu, ops_attention_prefill.cu) -------------------------------------
 
 // m queries at positions pos0 + t, q and out [m][n_heads][hd]; query t sees keys τ <= p with
 // p − τ < window when window > 0; GQA (head i reads KV head i / (n_heads / n_kv)). The key
@@ -182,7 +188,7 @@ cudaError_t LaunchPrefillAttention(const float* q, int64_t m, int n_heads, const
                                    const int64_t* pos0, int64_t window, float scale, float* out,
                                    cudaStream_t s);
 
-// ---- Router and MoE ---------------------------------------------------------------------------
+// ---- Router (ops_router.cu), expert plan, MoE sum (ops_moe_finish.cu) ---------------------------
 
 // Per token (row of E logits): softmax, top-k (ties to the lower index, NaN first), weights
 // renormalized to sum 1 × per_expert_scale. probs (may equal logits) receives the softmax.
@@ -213,7 +219,7 @@ cudaError_t LaunchMoeFinishNorm(const int* idx, const float* w, const int* rows,
                                 float eps, float scalar, const float* next_norm, float* next_out,
                                 cudaStream_t s);
 
-// ---- Sampling ---------------------------------------------------------------------------------
+// ---- Sampling (ops_sample.cu, ops_topk.cu) ------------------------------------------------------
 
 // The token the CPU sampler draws at `temperature` (> 0) with nothing filtered (Gumbel-max with
 // the counter noise of sample/sampler.cpp over logit/temperature at `position`; 0 when all are

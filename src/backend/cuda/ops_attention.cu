@@ -5,12 +5,10 @@
 // ops_attention_prefill.cu unless REDWING_CUDA_PREFILL_ATTN=split, which keeps one block per query.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -318,14 +316,16 @@ cudaError_t LaunchAttention(const float* q, int64_t m, int n_heads, const float*
     return cudaErrorInvalidValue;
   // Prefill (several queries, one split each) takes the tiled kernel, which reads each K/V tile
   // once per 32 queries; REDWING_CUDA_PREFILL_ATTN=split keeps the per-query kernel (comparison).
-  static const bool tiled = [] {
-    const char* e = std::getenv("REDWING_CUDA_PREFILL_ATTN");
-    return e == nullptr || std::strcmp(e, "split") != 0;
-  }();
-  if (tiled && m > 1 && splits == 1) {
-    const cudaError_t e = LaunchPrefillAttention(q, m, n_heads, k_cache, v_cache, n_kv, head_dim,
-                                                 capacity, pos0, window, scale, out, s);
-    if (e != cudaErrorNotSupported) return e;
+  if (m > 1 && splits == 1) {
+    if (CurrentTuning().tiled_prefill_attention) {
+      const cudaError_t e = LaunchPrefillAttention(q, m, n_heads, k_cache, v_cache, n_kv, head_dim,
+                                                   capacity, pos0, window, scale, out, s);
+      if (e != cudaErrorNotSupported) {
+        CountPath(Path::kPrefillAttentionTiled);
+        return e;
+      }
+    }
+    CountPath(Path::kPrefillAttentionSplit);
   }
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(n_heads),
                   static_cast<unsigned>(m));

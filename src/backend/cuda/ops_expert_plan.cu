@@ -13,6 +13,7 @@
 
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -86,6 +87,7 @@ cudaError_t LaunchExpertPlan(const int* idx, int64_t m, int k, int num_experts, 
   if (m <= 0) return cudaSuccess;
   if (k <= 0 || num_experts <= 0 || num_experts > kMaxPlanExperts || m * k >= (int64_t{1} << 30))
     return cudaErrorInvalidValue;
+  CountPath(Path::kExpertPlanGpu);
   LaunchKernel(ExpertPlanKernel, 1, 32 * kPlanWarps, 0, s, idx, static_cast<int>(m * k), k,
                num_experts, gather, row_of, row0, rows);
   return cudaGetLastError();

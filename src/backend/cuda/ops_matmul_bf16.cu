@@ -1,7 +1,6 @@
-// Prefill matmul for affine 4/8-bit weights on bf16 tensor cores, fp32-grade: the path of
-// LaunchAffineMatMulTc where x was not split beforehand (the forward pass splits it once and
-// takes ops_matmul_planes.cu; REDWING_CUDA_MATMUL=bf16 sends it here, =tf32pipe to the 3xTF32
-// kernel of ops_matmul.cu). Why it is exact and faster:
+// Prefill matmul for affine 4/8-bit weights on bf16 tensor cores, fp32-grade: the path where x
+// was not split beforehand (the forward pass splits it once and takes ops_matmul_planes.cu;
+// REDWING_CUDA_MATMUL=bf16 sends it here). Why it is exact and faster:
 //   - Σ_k w_k·x_k = Σ_groups s_g·(Σ_{k∈g} q_k·x_k) + b_g·(Σ_{k∈g} x_k): the codes (centered,
 //     see mma_bf16.cuh) are exact in bf16, so only x needs splitting. x = hi + mid + lo by
 //     truncation (each the next 8 significant bits) is exact, and every product q·part is exact in

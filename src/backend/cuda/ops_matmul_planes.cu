@@ -24,13 +24,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -438,19 +437,10 @@ size_t SplitXBytes(int64_t rows, int64_t cols) {
          static_cast<size_t>(rows * (cols / 32)) * 4 + static_cast<size_t>(rows) * 4;
 }
 
-// The split the forward pass takes (LaunchSplitX with parts 0).
-int SplitXParts() {
-  static const int parts = [] {
-    const char* v = std::getenv("REDWING_CUDA_SPLIT");
-    return v != nullptr && std::strcmp(v, "bf16x3") == 0 ? 3 : 2;
-  }();
-  return parts;
-}
-
 cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scratch,
                          size_t scratch_bytes, XPlanes* out, cudaStream_t s, int parts) {
   *out = XPlanes{};
-  if (parts == 0) parts = SplitXParts();
+  if (parts == 0) parts = CurrentTuning().split_parts;  // the forward pass's split
   if (parts != 2 && parts != 3) return cudaErrorInvalidValue;
   if (parts == 2 && cols / 8 > 256 * kSplitPer) parts = 3;  // wider than SplitX2Kernel holds
   if (rows <= 0 || cols <= 0 || cols % 32 != 0 || (reinterpret_cast<uintptr_t>(x) & 15u) != 0 ||
@@ -460,6 +450,7 @@ cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scrat
   auto* planes = static_cast<uint16_t*>(scratch);
   auto* sums = reinterpret_cast<float*>(planes + parts * rows * cols);
   float* row_down = nullptr;
+  CountPath(parts == 2 ? Path::kSplitFp16x2 : Path::kSplitBf16x3);
   if (parts == 2) {
     row_down = sums + rows * (cols / 32);
     const int threads = static_cast<int>(std::min<int64_t>(256, (cols / 8 + 31) / 32 * 32));

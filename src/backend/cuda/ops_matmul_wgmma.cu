@@ -26,13 +26,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matmul.h"
 #include "backend/cuda/mma_bf16.cuh"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -614,9 +612,8 @@ cudaError_t LaunchTileBits(const Product& p, cudaStream_t s) {
 }
 
 struct WgmmaConfig {
-  bool on = false;
+  bool sm90 = false;  // compute capability 9.0 exactly (sm_90a code)
   int sms = 0;
-  int dense_tn = 0, expert_tn = 0;  // 0: chosen per product
 };
 
 const WgmmaConfig& Config() {
@@ -627,15 +624,7 @@ const WgmmaConfig& Config() {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, dev);
-    const char* off = std::getenv("REDWING_CUDA_WGMMA");
-    c.on = major == 9 && minor == 0 && (off == nullptr || std::strcmp(off, "0") != 0);
-    auto tn = [](const char* name, int dflt) {
-      const char* v = std::getenv(name);
-      const int t = v != nullptr ? std::atoi(v) : dflt;
-      return t == 32 || t == 64 || t == 128 ? t : dflt;
-    };
-    c.dense_tn = tn("REDWING_CUDA_WGMMA_TN", 0);
-    c.expert_tn = tn("REDWING_CUDA_WGMMA_TN_EXPERT", 0);
+    c.sm90 = major == 9 && minor == 0;
     return c;
   }();
   return c;
@@ -661,30 +650,36 @@ int DenseTile(int64_t n, int64_t m, int bits, int sms) {
 }
 
 bool Supported(const DevMat& w, const XPlanes& x) {
-  return Config().on && w.type == DevMat::kAffine && (w.bits == 4 || w.bits == 8) &&
-         (w.group == 32 || w.group % 64 == 0) && w.cols % w.group == 0 && w.cols == x.cols &&
-         x.parts == 2 && x.planes != nullptr && x.row_down != nullptr &&
-         (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0 && w.rows * w.cols < (int64_t{1} << 31);
+  return Config().sm90 && CurrentTuning().wgmma && w.type == DevMat::kAffine &&
+         (w.bits == 4 || w.bits == 8) && (w.group == 32 || w.group % 64 == 0) &&
+         w.cols % w.group == 0 && w.cols == x.cols && x.parts == 2 && x.planes != nullptr &&
+         x.row_down != nullptr && (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0 &&
+         w.rows * w.cols < (int64_t{1} << 31);
 }
 
 cudaError_t Launch(const Product& p, cudaStream_t s) {
   const WgmmaConfig& c = Config();
+  const Tuning& t = CurrentTuning();
   int tn = 0;
   if (p.blobs != nullptr) {
     // Experts: 64-token tiles once the groups average 24 rows or more (a 512-token chunk's 4,096
     // rows over 128 experts: +2% prefill against 32), else 32 (fewer idle columns).
-    tn = c.expert_tn != 0                                      ? c.expert_tn
+    tn = t.wgmma_expert_tile != 0                              ? t.wgmma_expert_tile
          : p.total_rows > 0 && p.total_rows >= 24LL * p.groups ? 64
                                                                : 32;
   } else {
-    tn = c.dense_tn != 0 ? c.dense_tn : DenseTile(p.st.rows, p.dense_rows, p.st.w[0].bits, c.sms);
+    tn = t.wgmma_dense_tile != 0 ? t.wgmma_dense_tile
+                                 : DenseTile(p.st.rows, p.dense_rows, p.st.w[0].bits, c.sms);
   }
   switch (tn) {
     case 128:
+      CountPath(Path::kWgmmaTile128);
       return LaunchTileBits<128, 1, 1>(p, s);
     case 64:
+      CountPath(Path::kWgmmaTile64);
       return LaunchTileBits<64, 2, 1>(p, s);
     default:
+      CountPath(Path::kWgmmaTile32);
       return LaunchTileBits<32, 2, 2>(p, s);
   }
 }

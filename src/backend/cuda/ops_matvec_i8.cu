@@ -37,12 +37,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
-#include "backend/cuda/matvec_tc.h"
+#include "backend/cuda/matvec_kernels.h"
 
 namespace rw::cuda {
 namespace {
@@ -59,7 +57,7 @@ __device__ __forceinline__ void MmaU8S8(int (&c)[4], uint32_t a0, uint32_t a1, u
 }
 
 // The launch as the caller describes it, with what the kernel adds.
-struct Args : TcMatVec {
+struct Args : MatVecArgs {
   int nmat = 1;       // plain without blobs: the matrices sharing x (their tiles one after another)
   int64_t turns = 0;  // row blocks in all (per slot with blobs)
 };
@@ -389,12 +387,9 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
   }
 }
 
+// sm_80+ (the dispatcher leaves it out under REDWING_CUDA_MATVEC=simt or generic).
 bool Allowed() {
   static const bool on = [] {
-    const char* e = std::getenv("REDWING_CUDA_MATVEC");
-    if (e != nullptr && (std::strcmp(e, "simt") == 0 || std::strcmp(e, "generic") == 0 ||
-                         std::strcmp(e, "tc") == 0))
-      return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
@@ -457,7 +452,7 @@ cudaError_t LaunchBits(Args& args, cudaStream_t s) {
 
 }  // namespace
 
-cudaError_t LaunchAffineMatVecI8(const TcMatVec& a, cudaStream_t s) {
+cudaError_t LaunchAffineMatVecI8(const MatVecArgs& a, cudaStream_t s) {
   if (!Allowed() || a.rows <= 0 || a.slots == 0) return cudaErrorNotSupported;
   // Expert blobs in host memory (the mapped path) take this kernel too, so that the logits stay
   // bit-identical to a resident run (its whole 16-byte copies make fair PCIe requests).
@@ -472,7 +467,7 @@ cudaError_t LaunchAffineMatVecI8(const TcMatVec& a, cudaStream_t s) {
     if (!Fits(a.w[i], a.cols, bits)) return cudaErrorNotSupported;
   if (a.gateup && a.w[0].rows != a.w[1].rows) return cudaErrorNotSupported;
   Args args;
-  static_cast<TcMatVec&>(args) = a;
+  static_cast<MatVecArgs&>(args) = a;
   args.nmat = nmat;
   return bits == 4 ? LaunchBits<4>(args, s) : LaunchBits<8>(args, s);
 }
