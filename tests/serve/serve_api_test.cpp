@@ -123,7 +123,8 @@ TEST(ServeSdk, ToolCallRoundTrip) {
                                                     "It is sunny in Paris.<turn|>"})
                                            .dump())
                   .ok());
-  ServerProcess server(Model().model_dir, {"--test-replies", replies});
+  ServerProcess server(Model().model_dir, {"--test-replies", replies}, "server",
+                       REDWING_TESTHOOKS_BINARY);
   REQUIRE_SERVER(server);
   std::string skip;
   Json r = RunSdk("tools", server.port(), "none", &skip);
@@ -148,6 +149,30 @@ TEST(ServeSdk, ToolCallRoundTrip) {
   EXPECT_EQ(Json::parse(r["stream"]["tool_calls"][0]["arguments"].get<std::string>()),
             Json({{"city", "Paris"}}));
   EXPECT_EQ(r["stream"]["content"], "");
+}
+
+// --test-replies is a hook of the test build's redwing-testhooks only: the shipped binary
+// neither lists nor takes it.
+TEST(ServeCli, TestRepliesIsOnlyInTheTestBuild) {
+  int rc = 0;
+  std::string out = test::ShellOut(std::string(REDWING_BINARY) + " serve --help 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--max-queue"), std::string::npos) << out;
+  EXPECT_EQ(out.find("test-replies"), std::string::npos) << out;
+  out = test::ShellOut(std::string(REDWING_TESTHOOKS_BINARY) + " serve --help 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--test-replies"), std::string::npos) << out;
+
+  const std::string missing = test::ServeTempPath("no_such_replies.json");
+  const std::string args = " serve --model no_such_model --test-replies '" + missing + "' 2>&1";
+  out = test::ShellOut(std::string(REDWING_BINARY) + args, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown option --test-replies"), std::string::npos) << out;
+  // The test build takes the flag and reads the file (which is missing) before loading a model.
+  out = test::ShellOut(std::string(REDWING_TESTHOOKS_BINARY) + args, &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(out.find("unknown option"), std::string::npos) << out;
+  EXPECT_NE(out.find(missing), std::string::npos) << out;
 }
 
 TEST(Serve, ToolDeclarationsReachThePrompt) {
@@ -342,7 +367,8 @@ TEST(Serve, ReasoningAndStopStrings) {
                                    "STOP here<turn|>"})
                           .dump())
           .ok());
-  ServerProcess server(Model().model_dir, {"--test-replies", replies});
+  ServerProcess server(Model().model_dir, {"--test-replies", replies}, "server",
+                       REDWING_TESTHOOKS_BINARY);
   REQUIRE_SERVER(server);
   std::remove(replies.c_str());
   HttpClient c(server.port());
