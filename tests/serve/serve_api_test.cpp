@@ -449,6 +449,11 @@ TEST(Serve, ChatPageIsSelfContained) {
   EXPECT_EQ(r.body.find("http://"), std::string::npos);
   EXPECT_EQ(r.body.find("https://"), std::string::npos);
   EXPECT_EQ(r.body.find("src="), std::string::npos);
+  // The page is served as it is in the source tree (compiled in from that file).
+  auto page = ReadFileToString(std::string(REDWING_SOURCE_DIR) + "/src/serve/chat_page.html");
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_TRUE(r.body == *page) << "GET / serves " << r.body.size() << " bytes, chat_page.html has "
+                               << page->size();
 }
 
 TEST(ServePage, BrowserChatsStreamsAndStops) {
