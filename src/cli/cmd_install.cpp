@@ -5,11 +5,11 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 
 #include "base/timer.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/test_hooks.h"
 #include "install/installer.h"
 
 namespace rw::cli {
@@ -152,9 +152,9 @@ int Install(const Args& args) {
   if (progress_interval <= 0)
     return ReportError("install",
                        Status(ErrorCode::kInvalidArgument, "--progress-interval must be positive"));
-  // Tests only: pretend the disk has this many bytes free (the real check uses statvfs).
-  if (const char* e = std::getenv("REDWING_INSTALL_ASSUME_FREE_BYTES"); e && *e)
-    o.assume_free_bytes = std::strtoull(e, nullptr, 10);
+  if (GetTestHooks().adjust_install) {
+    if (Status st = GetTestHooks().adjust_install(&o); !st.ok()) return ReportError("install", st);
+  }
 
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;

@@ -4,30 +4,15 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "base/file.h"
-#include "base/json.h"
 #include "cli/commands.h"
 #include "cli/diagnostics.h"
 #include "cli/flags.h"
 #include "cli/generation_flags.h"
+#include "cli/test_hooks.h"
 #include "serve/server.h"
 
 namespace rw::cli {
 namespace {
-
-Status ReadForcedReplies(const std::string& path, std::vector<std::string>* out) {
-  RW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  RW_ASSIGN_OR_RETURN(Json j, ParseJson(text, path));
-  if (!j.is_array() || j.empty())
-    return Error(ErrorCode::kInvalidArgument, "{}: expected a non-empty JSON array of strings",
-                 path);
-  for (const Json& s : j) {
-    if (!s.is_string())
-      return Error(ErrorCode::kInvalidArgument, "{}: expected a JSON array of strings", path);
-    out->push_back(s.get<std::string>());
-  }
-  return Status::Ok();
-}
 
 int Serve(const Args& args) {
   Flags flags("serve", "redwing serve --model <dir> [--host 127.0.0.1] [--port 8080] [options]",
@@ -59,8 +44,7 @@ int Serve(const Args& args) {
   flags.Double("sse-keepalive", 2,
                "seconds between SSE comments while a streamed request waits (queue, prefill)");
   AddSamplingFlags(flags);
-  flags.String("test-replies", "",
-               "testing only: JSON array of texts the answers are forced to be, in turn");
+  if (GetTestHooks().add_serve_flags) GetTestHooks().add_serve_flags(flags);
   AddDiagnosticsFlags(flags);
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("serve", st);
   if (flags.help_requested()) {
@@ -138,9 +122,8 @@ int Serve(const Args& args) {
   o.defaults.sampling = gen->sampling;
   o.defaults.random_seed = flags.GetInt("seed") < 0;
   o.defaults.max_tokens = gen->max_new_tokens > 0 ? gen->max_new_tokens : 1;
-  if (flags.IsSet("test-replies")) {
-    if (Status st = ReadForcedReplies(flags.GetString("test-replies"), &o.loop.forced_replies);
-        !st.ok())
+  if (GetTestHooks().apply_serve_flags) {
+    if (Status st = GetTestHooks().apply_serve_flags(flags, &o); !st.ok())
       return ReportError("serve", st);
   }
 

@@ -16,6 +16,24 @@ std::string ApiErrorBody(const ApiError& e) {
   return Json{{"error", err}}.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+namespace {
+// A float as the shortest decimal that reads back as it (0.2f as 0.2, not 0.20000000298...).
+double ShortestDouble(float f) {
+  return std::stod(fmt::format("{}", f));
+}
+}  // namespace
+
+Json ApiDefaultsJson(const ApiDefaults& d) {
+  const SamplingParams& s = d.sampling;
+  return Json{{"temperature", ShortestDouble(s.temperature)},
+              {"top_p", ShortestDouble(s.top_p)},
+              {"top_k", s.top_k},
+              {"min_p", ShortestDouble(s.min_p)},
+              {"repetition_penalty", ShortestDouble(s.repetition_penalty)},
+              {"max_tokens", d.max_tokens},
+              {"seed", d.random_seed ? Json() : Json(s.seed)}};
+}
+
 ApiError BadRequest(std::string message, std::string param, std::string code) {
   ApiError e;
   e.status = 400;

@@ -39,6 +39,11 @@ struct ApiDefaults {
   int64_t max_tokens = 1024;
 };
 
+// The defaults as request fields (temperature, top_p, top_k, min_p, repetition_penalty,
+// max_tokens, seed), for clients such as the chat page to show: a request that sends them back
+// is served as one without them. seed is null when each request draws its own.
+Json ApiDefaultsJson(const ApiDefaults& d);
+
 struct ApiRequest {
   bool chat = true;
   // chat

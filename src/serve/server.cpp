@@ -197,7 +197,8 @@ Json Server::ModelJson() const {
               {"object", "model"},
               {"created", created_},
               {"owned_by", "redwing"},
-              {"max_context", engine_->max_context()}};
+              {"max_context", engine_->max_context()},
+              {"defaults", ApiDefaultsJson(options_.defaults)}};
 }
 
 Json Server::HealthJson() const {

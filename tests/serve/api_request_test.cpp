@@ -61,5 +61,39 @@ TEST(ApiRequest, NumbersPastDoubleAreInvalidJson) {
   EXPECT_EQ(e->code, "invalid_json") << e->message;
 }
 
+// The defaults /v1/models reports are request fields that reproduce them exactly: sent back
+// to a server with other defaults, they give the same sampling and length (floats printed
+// shortest, 0.2 rather than 0.2000000029..., still read back to the same float).
+TEST(ApiRequest, DefaultsJsonSentBackGivesTheSameSettings) {
+  ApiDefaults d;
+  d.sampling.temperature = 0.35f;
+  d.sampling.top_k = 7;
+  d.sampling.top_p = 0.8f;
+  d.sampling.min_p = 0.05f;
+  d.sampling.repetition_penalty = 1.1f;
+  d.sampling.seed = 12345;
+  d.random_seed = false;
+  d.max_tokens = 77;
+  const Json j = ApiDefaultsJson(d);
+  EXPECT_EQ(j.dump(), R"({"max_tokens":77,"min_p":0.05,"repetition_penalty":1.1,"seed":12345,)"
+                      R"("temperature":0.35,"top_k":7,"top_p":0.8})");
+  Json body = j;
+  body["messages"] = Json::array({{{"role", "user"}, {"content", "x"}}});
+  ApiRequest req;
+  auto e = ParseApiRequest(body.dump(), /*chat=*/true, RequestLimits(), ApiDefaults(), &req);
+  ASSERT_FALSE(e.has_value()) << e->message;
+  const SamplingParams& s = req.gen.sampling;
+  EXPECT_EQ(s.temperature, d.sampling.temperature);
+  EXPECT_EQ(s.top_k, d.sampling.top_k);
+  EXPECT_EQ(s.top_p, d.sampling.top_p);
+  EXPECT_EQ(s.min_p, d.sampling.min_p);
+  EXPECT_EQ(s.repetition_penalty, d.sampling.repetition_penalty);
+  EXPECT_EQ(s.seed, d.sampling.seed);
+  EXPECT_EQ(req.gen.max_new_tokens, d.max_tokens);
+  // A random seed per request is reported as null.
+  d.random_seed = true;
+  EXPECT_TRUE(ApiDefaultsJson(d)["seed"].is_null());
+}
+
 }  // namespace
 }  // namespace rw::serve

@@ -1,7 +1,8 @@
 // Drives the chat page of `redwing serve` in headless Debian chromium through playwright-core:
-// a message without the API key fails (401) and must leave nothing to resend; with the key it
-// sees the streamed answer; stops a long one; and "New chat" during a streamed answer must not
-// carry it into the new conversation. Prints one JSON object.
+// a message without the API key fails (401) and must leave nothing to resend; with the key the
+// settings fields take the server's defaults (from /v1/models, which needs the key) and the page
+// sends them and sees the streamed answer; stops a long one; and "New chat" during a streamed
+// answer must not carry it into the new conversation. Prints one JSON object.
 //   node chat_page_browser.js <node_modules> <http://127.0.0.1:PORT/> <chromium executable> <key>
 "use strict";
 const path = require("path");
@@ -24,16 +25,22 @@ async function health() {
     page.on("request", (r) => {
       if (!r.url().startsWith(url)) out.external.push(r.url());
     });
-    // The messages of every chat request the page sends.
+    // Every chat request the page sends.
     const sent = [];
     page.on("request", (r) => {
-      if (r.url().endsWith("/v1/chat/completions")) sent.push(JSON.parse(r.postData()).messages);
+      if (r.url().endsWith("/v1/chat/completions")) sent.push(JSON.parse(r.postData()));
     });
+    const fields = () => page.evaluate(() => ({
+      temperature: document.getElementById("temperature").value,
+      top_p: document.getElementById("topp").value,
+      max_tokens: document.getElementById("maxtokens").value,
+    }));
     page.setDefaultTimeout(30000);
     await page.goto(url);
     out.icon = await page.evaluate(() => document.querySelector('link[rel="icon"]').href);
-    await page.fill("#temperature", "0");
-    await page.fill("#maxtokens", "8");
+    // Without the key the server's defaults cannot be read: the fields stay empty.
+    await page.waitForLoadState("networkidle");
+    out.fields_without_key = await fields();
     // Without the key: 401, shown as an error.
     await page.fill("#input", "Hello!");
     await page.press("#input", "Enter");
@@ -44,7 +51,11 @@ async function health() {
     await page.fill("#input", "Hello!");
     await page.press("#input", "Enter");
     await page.waitForSelector('.assistant[data-state="done"]');
-    out.after_error_messages = sent[sent.length - 1];
+    out.after_error_messages = sent[sent.length - 1].messages;
+    // With it, the fields show the server's defaults, and the request carried them.
+    out.fields = await fields();
+    const last = sent[sent.length - 1];
+    out.sent_settings = {temperature: last.temperature, top_p: last.top_p, max_tokens: last.max_tokens};
     out.first = await page.textContent('.assistant[data-state="done"]');
     out.user = await page.textContent(".user");
     out.stats = await page.textContent("#stats");
@@ -86,7 +97,7 @@ async function health() {
     await page.fill("#input", "Hi again");
     await page.press("#input", "Enter");
     await page.waitForSelector('.assistant[data-state="done"]');
-    out.after_new_chat_messages = sent[sent.length - 1];
+    out.after_new_chat_messages = sent[sent.length - 1].messages;
   } finally {
     await browser.close();
   }

@@ -123,7 +123,8 @@ TEST(ServeSdk, ToolCallRoundTrip) {
                                                     "It is sunny in Paris.<turn|>"})
                                            .dump())
                   .ok());
-  ServerProcess server(Model().model_dir, {"--test-replies", replies});
+  ServerProcess server(Model().model_dir, {"--test-replies", replies}, "server",
+                       REDWING_TESTHOOKS_BINARY);
   REQUIRE_SERVER(server);
   std::string skip;
   Json r = RunSdk("tools", server.port(), "none", &skip);
@@ -148,6 +149,30 @@ TEST(ServeSdk, ToolCallRoundTrip) {
   EXPECT_EQ(Json::parse(r["stream"]["tool_calls"][0]["arguments"].get<std::string>()),
             Json({{"city", "Paris"}}));
   EXPECT_EQ(r["stream"]["content"], "");
+}
+
+// --test-replies is a hook of the test build's redwing-testhooks only: the shipped binary
+// neither lists nor takes it.
+TEST(ServeCli, TestRepliesIsOnlyInTheTestBuild) {
+  int rc = 0;
+  std::string out = test::ShellOut(std::string(REDWING_BINARY) + " serve --help 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--max-queue"), std::string::npos) << out;
+  EXPECT_EQ(out.find("test-replies"), std::string::npos) << out;
+  out = test::ShellOut(std::string(REDWING_TESTHOOKS_BINARY) + " serve --help 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--test-replies"), std::string::npos) << out;
+
+  const std::string missing = test::ServeTempPath("no_such_replies.json");
+  const std::string args = " serve --model no_such_model --test-replies '" + missing + "' 2>&1";
+  out = test::ShellOut(std::string(REDWING_BINARY) + args, &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown option --test-replies"), std::string::npos) << out;
+  // The test build takes the flag and reads the file (which is missing) before loading a model.
+  out = test::ShellOut(std::string(REDWING_TESTHOOKS_BINARY) + args, &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_EQ(out.find("unknown option"), std::string::npos) << out;
+  EXPECT_NE(out.find(missing), std::string::npos) << out;
 }
 
 TEST(Serve, ToolDeclarationsReachThePrompt) {
@@ -342,7 +367,8 @@ TEST(Serve, ReasoningAndStopStrings) {
                                    "STOP here<turn|>"})
                           .dump())
           .ok());
-  ServerProcess server(Model().model_dir, {"--test-replies", replies});
+  ServerProcess server(Model().model_dir, {"--test-replies", replies}, "server",
+                       REDWING_TESTHOOKS_BINARY);
   REQUIRE_SERVER(server);
   std::remove(replies.c_str());
   HttpClient c(server.port());
@@ -423,6 +449,55 @@ TEST(Serve, ChatPageIsSelfContained) {
   EXPECT_EQ(r.body.find("http://"), std::string::npos);
   EXPECT_EQ(r.body.find("https://"), std::string::npos);
   EXPECT_EQ(r.body.find("src="), std::string::npos);
+  // The page is served as it is in the source tree (compiled in from that file).
+  auto page = ReadFileToString(std::string(REDWING_SOURCE_DIR) + "/src/serve/chat_page.html");
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_TRUE(r.body == *page) << "GET / serves " << r.body.size() << " bytes, chat_page.html has "
+                               << page->size();
+}
+
+// /v1/models reports the defaults a request without its own sampling fields gets (the chat page
+// shows them): the flags of `redwing serve`, as request fields.
+TEST(Serve, ModelsReportTheServersDefaults) {
+  REQUIRE_GEMMA_TINY_MODEL();
+  ServerProcess server(Model().model_dir,
+                       {"--temperature", "0.35", "--top-p", "0.8", "--top-k", "7", "--min-p",
+                        "0.05", "--repetition-penalty", "1.1", "--max-new", "77", "--seed", "5"});
+  REQUIRE_SERVER(server);
+  HttpClient c(server.port());
+  HttpResponse r = c.Request("GET", "/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json expected = Json::parse(R"({"temperature": 0.35, "top_p": 0.8, "top_k": 7,
+      "min_p": 0.05, "repetition_penalty": 1.1, "max_tokens": 77, "seed": 5})");
+  const Json model = r.json()["data"][0];
+  EXPECT_EQ(model["id"], "gemma-4-26b-a4b-it");
+  EXPECT_EQ(model["object"], "model");
+  EXPECT_EQ(model["defaults"], expected) << r.body;
+  r = c.Request("GET", "/v1/models/gemma-4-26b-a4b-it");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["defaults"], expected) << r.body;
+  // Those defaults are the ones a request without the fields gets: greedy here (--temperature 0)
+  // equals a request that asks for greedy itself, and max_tokens is the server's.
+  server.Kill();
+  ServerProcess greedy(Model().model_dir, {"--temperature", "0", "--max-new", "5"}, "greedy");
+  REQUIRE_SERVER(greedy);
+  HttpClient g(greedy.port());
+  r = g.Request("GET", "/v1/models");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json d = r.json()["data"][0]["defaults"];
+  EXPECT_EQ(d["temperature"], 0) << r.body;
+  EXPECT_EQ(d["max_tokens"], 5) << r.body;
+  EXPECT_TRUE(d["seed"].is_null()) << r.body;  // no --seed: each request draws its own
+  Json plain = {{"messages", Json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+  r = g.Request("POST", "/v1/chat/completions", Body(plain));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["usage"]["completion_tokens"], d["max_tokens"]) << r.body;
+  const std::string text = r.json()["choices"][0]["message"]["content"];
+  for (const auto& [k, v] : d.items())
+    if (!v.is_null()) plain[k] = v;
+  r = g.Request("POST", "/v1/chat/completions", Body(plain));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["message"]["content"], text);
 }
 
 TEST(ServePage, BrowserChatsStreamsAndStops) {
@@ -436,7 +511,10 @@ TEST(ServePage, BrowserChatsStreamsAndStops) {
   if (!IsDirectory(SdkDir() + "/playwright-core"))
     GTEST_SKIP() << "playwright-core is missing under tests/node/node_modules (run "
                     "scripts/install-deps.sh)";
-  ServerProcess server(Model().model_dir, {"--api-key", "sk-page"});
+  // Sampling defaults that are not redwing's: the page must take them from the server. Greedy
+  // (temperature 0), so that the page's answer can be compared with the API's.
+  ServerProcess server(Model().model_dir, {"--api-key", "sk-page", "--temperature", "0", "--top-p",
+                                           "0.85", "--max-new", "8"});
   REQUIRE_SERVER(server);
   const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/";
   const std::string out =
@@ -453,6 +531,15 @@ TEST(ServePage, BrowserChatsStreamsAndStops) {
   ASSERT_FALSE(r.contains("fatal")) << r["fatal"].get<std::string>();
   EXPECT_EQ(r["user"], "Hello!");
   EXPECT_EQ(r["icon"], url + "favicon.ico");
+  // No numbers of the page's own: empty until the server's defaults arrive (which needs the key),
+  // then the server's, sent with the message.
+  EXPECT_EQ(r["fields_without_key"],
+            Json::parse(R"({"temperature": "", "top_p": "", "max_tokens": ""})"));
+  EXPECT_EQ(r["fields"], Json::parse(R"({"temperature": "0", "top_p": "0.85", "max_tokens": "8"})"))
+      << r.dump();
+  EXPECT_EQ(r["sent_settings"],
+            Json::parse(R"({"temperature": 0, "top_p": 0.85, "max_tokens": 8})"))
+      << r.dump();
   // A failed request (401) is shown, and neither it nor an empty answer is sent again.
   EXPECT_NE(r["error_text"].get<std::string>().find("API key"), std::string::npos) << r.dump();
   EXPECT_EQ(r["after_error_messages"], Json::parse(R"([{"role": "user", "content": "Hello!"}])"));

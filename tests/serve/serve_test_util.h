@@ -41,13 +41,13 @@ inline std::string ServeTempPath(const std::string& name) {
 }
 
 // `redwing serve` on 127.0.0.1 (or the --host in extra) with --port 0; the port is read from
-// its "listening on" line.
+// its "listening on" line. binary: REDWING_TESTHOOKS_BINARY for the test flags (--test-replies).
 class ServerProcess {
  public:
   ServerProcess(const std::string& model_dir, const std::vector<std::string>& extra,
-                const std::string& tag = "server") {
+                const std::string& tag = "server", const std::string& binary = REDWING_BINARY) {
     log_path_ = ServeTempPath(tag + ".log");
-    std::vector<std::string> argv = {REDWING_BINARY, "serve", "--model", model_dir, "--port", "0"};
+    std::vector<std::string> argv = {binary, "serve", "--model", model_dir, "--port", "0"};
     // 127.0.0.1 unless the test listens elsewhere.
     if (std::find(extra.begin(), extra.end(), "--host") == extra.end())
       argv.insert(argv.end(), {"--host", "127.0.0.1"});
