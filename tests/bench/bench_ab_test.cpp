@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "bench/trace_check.h"
+#include "test_prereq.h"
 
 namespace rw {
 namespace {
@@ -102,14 +103,13 @@ TEST(BenchAbTest, SnapshotsRunAbbaAndTheReportAgreesWithTheRuns) {
 
   // The HTML in headless chromium.
   auto which = test::Run("command -v chromium", Scratch());
-  if (which.code != 0 || which.out.empty())
-    GTEST_SKIP() << "Debian chromium is not installed (scripts/install-deps.sh installs it)";
-  if (test::Run("command -v node", Scratch()).code != 0)
-    GTEST_SKIP() << "node is not installed (scripts/install-deps.sh installs it)";
+  REQUIRE_OR_SKIP(which.code == 0 && !which.out.empty(),
+                  "Debian chromium (scripts/install-deps.sh installs it)");
+  REQUIRE_OR_SKIP(test::Run("command -v node", Scratch()).code == 0,
+                  "node (scripts/install-deps.sh installs it)");
   const std::string modules = Source("tests/node/node_modules");
-  if (!IsDirectory(modules + "/playwright-core"))
-    GTEST_SKIP() << "playwright-core is missing under tests/node/node_modules (run "
-                    "scripts/install-deps.sh)";
+  REQUIRE_OR_SKIP(IsDirectory(modules + "/playwright-core"),
+                  "playwright-core under tests/node/node_modules (run scripts/install-deps.sh)");
   auto b =
       test::Run("timeout 150 node '" + Source("tests/bench/bench_ab_browser.js") + "' '" + modules +
                     "' '" + run + "' '" + which.out.substr(0, which.out.find('\n')) + "'",

@@ -13,6 +13,7 @@
 
 #include "base/file.h"
 #include "bench/bench_test_util.h"
+#include "test_prereq.h"
 
 namespace rw {
 namespace {
@@ -103,7 +104,7 @@ TEST(MemoryLimitTest, PageCacheReadsBeyondTheLimitSucceed) {
 
 TEST(MemoryLimitTest, AnonymousMemoryBeyondTheLimitIsKilled) {
   SKIP_IF_UNAVAILABLE();
-  if (!HavePython()) GTEST_SKIP() << "python3 not found";
+  REQUIRE_OR_SKIP(HavePython(), "python3 (scripts/install-deps.sh installs it)");
   auto r = Limit("48M", "python3 -c \"b = bytearray(160 << 20); print('survived', len(b))\"");
   EXPECT_EQ(r.code, 137) << r.out << r.err;
   EXPECT_EQ(r.out.find("survived"), std::string::npos) << r.out;

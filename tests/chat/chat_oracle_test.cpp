@@ -18,6 +18,7 @@
 #include "chat/chat_template.h"
 #include "chat/chat_tool_call.h"
 #include "chat/jinja_template.h"
+#include "test_prereq.h"
 
 namespace rw {
 namespace {
@@ -25,7 +26,7 @@ namespace {
 const char kOfficialTemplate[] = "google-gemma-4-31B-it.jinja";
 
 std::string TemplatesDir() {
-  return std::string(REDWING_SOURCE_DIR) + "/../shared/reference/gemma4-templates";
+  return std::string(REDWING_SOURCE_DIR) + "/tests/fixtures/gemma4-templates";
 }
 std::string NodeModules() {
   return std::string(REDWING_SOURCE_DIR) + "/tests/node/node_modules";
@@ -43,28 +44,27 @@ int Run(const std::string& cmd) {
 
 struct Oracle {
   bool loaded = false;
-  std::string skip_reason;
-  Json cases;                                    // from the node oracle
+  std::string missing;  // a prerequisite that is not installed (node, @huggingface/jinja)
+  std::string error;    // the oracle ran and failed
+  Json cases;           // from the node oracle
   std::map<std::string, Json> hf;                // template file -> renders
   std::map<std::string, Json> py;                // empty when Python jinja2 is unavailable
+  std::string py_missing;                        // non-empty: Python jinja2 is not installed
+  std::string py_error;                          // non-empty: chat_oracle.py failed
   Json jinja_cases;                              // generic interpreter cases (chat_jinja_cases.js)
   Json jinja_hf, jinja_py;                       // their renders; jinja_py null without jinja2
   std::map<std::string, std::string> templates;  // file -> text
-  std::string no_templates;                      // why the Gemma templates are absent ("" if not)
 };
 
 const Oracle& GetOracle() {
   static const Oracle* oracle = [] {
     auto* o = new Oracle;
-    // Without the reference templates the generic interpreter cases still run.
-    if (!IsDirectory(TemplatesDir()))
-      o->no_templates = "reference templates not found at " + TemplatesDir();
     if (!IsDirectory(NodeModules() + "/@huggingface/jinja")) {
-      o->skip_reason = "@huggingface/jinja not installed under " + NodeModules();
+      o->missing = "@huggingface/jinja under " + NodeModules() + " (scripts/install-deps.sh)";
       return o;
     }
     if (Run("node --version > /dev/null 2>&1") != 0) {
-      o->skip_reason = "node is not on PATH";
+      o->missing = "node on PATH (scripts/install-deps.sh installs it)";
       return o;
     }
     (void)MakeDirectories(OutDir());
@@ -76,17 +76,18 @@ const Oracle& GetOracle() {
     std::string cmd = "node '" + ScriptDir() + "/chat_oracle.js' '" + NodeModules() + "' '" +
                       TemplatesDir() + "' '" + hf_path + "' > '" + log + "' 2>&1";
     if (Run(cmd) != 0) {
-      o->skip_reason = "chat_oracle.js failed; see " + log;
+      auto l = ReadFileToString(log);
+      o->error = "chat_oracle.js failed (" + log + "):\n" + (l.ok() ? *l : "");
       return o;
     }
     auto text = ReadFileToString(hf_path);
     if (!text.ok()) {
-      o->skip_reason = text.status().ToString();
+      o->error = text.status().ToString();
       return o;
     }
     auto j = ParseJson(*text, hf_path);
     if (!j.ok()) {
-      o->skip_reason = j.status().ToString();
+      o->error = j.status().ToString();
       return o;
     }
     o->cases = (*j)["cases"];
@@ -98,22 +99,26 @@ const Oracle& GetOracle() {
       auto t = ReadFileToString(TemplatesDir() + "/" + file);
       if (t.ok()) o->templates[file] = *t;
     }
-    // Python jinja2 is optional.
-    if (Run("python3 -c 'import jinja2' > /dev/null 2>&1") == 0) {
+    // Python jinja2 is optional (scripts/install-deps.sh does not install it): without it those
+    // comparisons skip, saying so; with it, a failing oracle is a failure.
+    if (Run("python3 -c 'import jinja2' > /dev/null 2>&1") != 0) {
+      o->py_missing = "Python jinja2 is not installed (optional: apt-get install python3-jinja2)";
+    } else {
       std::string py_path = OutDir() + "/py.json" + suffix;
       std::string py_cmd = "python3 '" + ScriptDir() + "/chat_oracle.py' '" + hf_path + "' '" +
                            TemplatesDir() + "' '" + py_path + "' >> '" + log + "' 2>&1";
-      if (Run(py_cmd) == 0) {
-        auto pt = ReadFileToString(py_path);
-        if (pt.ok()) {
-          auto pj = ParseJson(*pt, py_path);
-          if (pj.ok()) {
-            for (auto it = (*pj)["renders"].begin(); it != (*pj)["renders"].end(); ++it)
-              o->py[it.key()] = it.value();
-            o->jinja_py = (*pj)["jinja_renders"];
-          }
-          std::rename(py_path.c_str(), (OutDir() + "/py.json").c_str());
-        }
+      auto pt = Run(py_cmd) == 0
+                    ? ReadFileToString(py_path)
+                    : Result<std::string>(Error(ErrorCode::kInternal, "chat_oracle.py failed"));
+      auto pj = pt.ok() ? ParseJson(*pt, py_path) : Result<Json>(pt.status());
+      if (pj.ok()) {
+        for (auto it = (*pj)["renders"].begin(); it != (*pj)["renders"].end(); ++it)
+          o->py[it.key()] = it.value();
+        o->jinja_py = (*pj)["jinja_renders"];
+        std::rename(py_path.c_str(), (OutDir() + "/py.json").c_str());
+      } else {
+        auto l = ReadFileToString(log);
+        o->py_error = pj.status().ToString() + " (" + log + "):\n" + (l.ok() ? *l : "");
       }
     }
     std::rename(hf_path.c_str(), (OutDir() + "/hf.json").c_str());
@@ -124,19 +129,25 @@ const Oracle& GetOracle() {
   return *oracle;
 }
 
-#define REQUIRE_ORACLE()                \
-  const Oracle& oracle = GetOracle();   \
-  if (!oracle.loaded) {                 \
-    GTEST_SKIP() << oracle.skip_reason; \
-  }
+// Skips (under CI fails) without node and @huggingface/jinja; fails if the oracle did.
+#define REQUIRE_ORACLE()                                   \
+  const Oracle& oracle = GetOracle();                      \
+  REQUIRE_OR_SKIP(oracle.missing.empty(), oracle.missing); \
+  ASSERT_TRUE(oracle.error.empty()) << oracle.error;       \
+  ASSERT_TRUE(oracle.loaded)
 
-// For the comparisons over the Gemma 4 templates (which would pass vacuously without them).
-#define REQUIRE_TEMPLATES()              \
-  REQUIRE_ORACLE();                      \
-  if (!oracle.no_templates.empty()) {    \
-    GTEST_SKIP() << oracle.no_templates; \
-  }                                      \
-  ASSERT_FALSE(oracle.hf.empty()) << "no templates rendered"
+// For the comparisons over the Gemma 4 templates (committed under tests/fixtures), which would
+// pass vacuously without them: both must have been rendered.
+#define REQUIRE_TEMPLATES() \
+  REQUIRE_ORACLE();         \
+  ASSERT_EQ(oracle.hf.size(), 2u) << "templates rendered from " << TemplatesDir()
+
+// An optional oracle (not in scripts/install-deps.sh, so not required under CI either): skips
+// saying so without Python jinja2; fails if chat_oracle.py ran and failed.
+#define REQUIRE_PYTHON_ORACLE()                                      \
+  if (!oracle.py_missing.empty()) GTEST_SKIP() << oracle.py_missing; \
+  ASSERT_TRUE(oracle.py_error.empty()) << oracle.py_error;           \
+  ASSERT_FALSE(oracle.py.empty() || oracle.jinja_py.is_null()) << "no Python renders"
 
 std::string Describe(const std::string& want, const std::string& got) {
   size_t i = 0;
@@ -184,10 +195,8 @@ int Compare(const ChatTemplate& renderer, const Json& cases, const Json& renders
 TEST(ChatOracle, HasEnoughCases) {
   REQUIRE_ORACLE();
   EXPECT_GE(oracle.cases.size(), 50u);
-  if (oracle.no_templates.empty()) {
-    EXPECT_EQ(oracle.hf.size(), 2u);
-    EXPECT_TRUE(oracle.hf.count(kOfficialTemplate));
-  }
+  EXPECT_EQ(oracle.hf.size(), 2u);
+  EXPECT_TRUE(oracle.hf.count(kOfficialTemplate));
 }
 
 TEST(ChatOracle, JinjaInterpreterMatchesHuggingFaceJinja) {
@@ -209,9 +218,7 @@ TEST(ChatOracle, NativeRendererMatchesHuggingFaceJinja) {
 
 TEST(ChatOracle, JinjaInterpreterMatchesPythonJinja2) {
   REQUIRE_TEMPLATES();
-  if (oracle.py.empty()) {
-    GTEST_SKIP() << "Python jinja2 not available (pip install jinja2)";
-  }
+  REQUIRE_PYTHON_ORACLE();
   for (const auto& [file, renders] : oracle.py) {
     auto t = ChatTemplate::FromText(oracle.templates.at(file), {jinja::Dialect::kPython});
     ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -222,9 +229,7 @@ TEST(ChatOracle, JinjaInterpreterMatchesPythonJinja2) {
 
 TEST(ChatOracle, NativeRendererMatchesPythonJinja2) {
   REQUIRE_TEMPLATES();
-  if (oracle.py.empty()) {
-    GTEST_SKIP() << "Python jinja2 not available (pip install jinja2)";
-  }
+  REQUIRE_PYTHON_ORACLE();
   int n = Compare(ChatTemplate::Gemma4Default(), oracle.cases, oracle.py.at(kOfficialTemplate),
                   false, "native(py)");
   std::printf("  native: %d cases compared with jinja2\n", n);
@@ -291,9 +296,7 @@ TEST(ChatOracle, GenericTemplatesMatchHuggingFaceJinja) {
 
 TEST(ChatOracle, GenericTemplatesMatchPythonJinja2) {
   REQUIRE_ORACLE();
-  if (oracle.jinja_py.is_null()) {
-    GTEST_SKIP() << "Python jinja2 not available (pip install jinja2)";
-  }
+  REQUIRE_PYTHON_ORACLE();
   CompareJinjaCases(oracle, oracle.jinja_py, jinja::Dialect::kPython, "jinja2");
 }
 

@@ -279,21 +279,16 @@ TEST(ToolCallRoundTrip, FormatArgumentThenParse) {
   }
 }
 
-// Through the full renderers: the official template (when present) and the native one.
+// Through the full renderers: the official template (committed) and the native one.
 TEST(ToolCallRoundTrip, RenderedAssistantTurnParsesBack) {
   std::vector<ChatTemplate> renderers = {ChatTemplate::Native()};
   std::string path = std::string(REDWING_SOURCE_DIR) +
-                     "/../shared/reference/gemma4-templates/google-gemma-4-31B-it.jinja";
-  if (PathExists(path)) {
-    auto text = ReadFileToString(path);
-    ASSERT_TRUE(text.ok());
-    auto t = ChatTemplate::FromText(*text);
-    ASSERT_TRUE(t.ok()) << t.status().ToString();
-    renderers.push_back(*t);
-  } else {
-    std::printf("  reference template not found at %s; checking the native renderer only\n",
-                path.c_str());
-  }
+                     "/tests/fixtures/gemma4-templates/google-gemma-4-31B-it.jinja";
+  auto text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  auto t = ChatTemplate::FromText(*text);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  renderers.push_back(*t);
   Gen gen(99);
   for (int i = 0; i < 100; ++i) {
     Json calls = Json::array();

@@ -16,6 +16,7 @@
 #include "base/file.h"
 #include "base/hash.h"
 #include "install/synth.h"
+#include "test_prereq.h"
 
 namespace rw::test {
 
@@ -56,7 +57,7 @@ inline GemmaTestModel PrepareGemmaTokenizer() {
   std::string all;
   for (const std::string& f :
        {script, modules + "/tokenizer-gemma3/package.json",
-        src + "/../shared/reference/gemma4-templates/google-gemma-4-31B-it.jinja"}) {
+        src + "/tests/fixtures/gemma4-templates/google-gemma-4-31B-it.jinja"}) {
     auto text = ReadFileToString(f);
     all += text.ok() ? *text : "missing:" + f;
   }
@@ -135,10 +136,11 @@ inline const GemmaTestModel& SharedGemmaTinyModel() {
 
 }  // namespace rw::test
 
-// Skips (saying why) without node and the npm packages; fails if preparing the model failed.
+// Skips (saying why; under CI=true fails) without node and the npm packages; fails if preparing
+// the model failed.
 #define REQUIRE_GEMMA_TINY_MODEL()                                             \
   do {                                                                         \
     const ::rw::test::GemmaTestModel& m_ = ::rw::test::SharedGemmaTinyModel(); \
-    if (!m_.skip.empty()) GTEST_SKIP() << m_.skip;                             \
+    REQUIRE_OR_SKIP(m_.skip.empty(), m_.skip);                                 \
     ASSERT_TRUE(m_.error.empty()) << m_.error;                                 \
   } while (0)

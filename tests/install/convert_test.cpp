@@ -13,6 +13,7 @@
 #include "base/file.h"
 #include "convert_fixture.h"
 #include "format/model_dir.h"
+#include "golden_fixtures.h"
 #include "install/convert.h"
 #include "install/convert_plan.h"
 #include "install/convert_repack.h"
@@ -450,32 +451,29 @@ TEST(Convert, RowBlocksEqualWholeTensors) {
   }
 }
 
-// Golden fixtures made by the reference script, when present.
+// Every committed golden fixture (manifest.json) in both of its formats converts and verifies.
 TEST(Convert, GoldenFixtures) {
-  namespace fs = std::filesystem;
-  fs::path root = fs::path(REDWING_SOURCE_DIR) / "tests" / "fixtures" / "golden";
+  const test::GoldenManifest m = test::ReadGoldenManifest();
+  ASSERT_TRUE(m.error.empty()) << m.error;
   int converted = 0;
-  std::error_code ec;
-  if (fs::is_directory(root, ec)) {
-    for (const auto& d : fs::directory_iterator(root)) {
-      for (const char* kind : {"hf", "mlx"}) {
-        fs::path src = d.path() / kind;
-        if (!fs::exists(src / "config.json")) continue;
-        SCOPED_TRACE(src.string());
-        std::string out = TempPath(d.path().filename().string() + "_" + kind);
-        Status st = ConvertCheckpoint(test::ConvertOpts(src.string(), out));
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        auto dir = ModelDir::Open(out);
-        ASSERT_TRUE(dir.ok()) << dir.status().ToString();
-        auto report = VerifyModelDir(out);
-        ASSERT_TRUE(report.ok());
-        EXPECT_TRUE(report->problems.empty());
-        ++converted;
-        (void)RemoveAll(out);
-      }
+  for (const std::string& name : m.names) {
+    for (const std::string& kind : test::GoldenFormats()) {
+      const std::string src = JoinPath(JoinPath(test::GoldenRoot(), name), kind);
+      SCOPED_TRACE(src);
+      std::string out = TempPath(name + "_" + kind);
+      Status st = ConvertCheckpoint(test::ConvertOpts(src, out));
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      auto dir = ModelDir::Open(out);
+      ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+      auto report = VerifyModelDir(out);
+      ASSERT_TRUE(report.ok());
+      EXPECT_TRUE(report->problems.empty());
+      ++converted;
+      (void)RemoveAll(out);
     }
   }
-  if (converted == 0) GTEST_SKIP() << "no golden fixtures under " << root << " (not generated yet)";
+  EXPECT_EQ(converted, static_cast<int>(m.names.size() * test::GoldenFormats().size()));
+  std::printf("[convert] %d golden checkpoints converted and verified\n", converted);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "format/model_dir.h"
 #include "install/convert.h"
 #include "install/synth.h"
+#include "test_prereq.h"
 
 namespace rw {
 namespace {
@@ -319,7 +320,7 @@ const Sources& Fixtures() {
 class InstallHub : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!HavePython()) GTEST_SKIP() << "python3 not found: the fake hub (tests/fakehub) needs it";
+    REQUIRE_OR_SKIP(HavePython(), "python3 (the fake hub, tests/fakehub, runs on it)");
     ASSERT_TRUE(PathExists(REDWING_BINARY)) << REDWING_BINARY;
     // Per process too: two build trees may run the same test at once.
     base_ = ::testing::TempDir() + "rw_install_" +

@@ -19,6 +19,7 @@
 #include "model/parity_util.h"
 #include "runtime/cuda_forward.h"
 #include "runtime/cuda_model.h"
+#include "test_prereq.h"
 
 namespace rw {
 namespace {
@@ -281,7 +282,7 @@ CmdResult Sh(const std::string& cmd) {
 
 TEST(CudaFault, TheCliFailsOverOrStops) {
   REQUIRE_CUDA();
-  if (!PathExists(REDWING_BINARY)) GTEST_SKIP() << "no " << REDWING_BINARY;
+  REQUIRE_OR_SKIP(PathExists(REDWING_BINARY), std::string("the CLI at ") + REDWING_BINARY);
   const std::string base = std::string(REDWING_BINARY) + " run --model " + TinyModel() +
                            " --prompt-ids 2,17,99,4 --max-new 8 --temperature 0 --print-ids ";
   const CmdResult cpu = Sh(base + "--quiet");

@@ -19,6 +19,7 @@
 #include "base/json.h"
 #include "bench/bench.h"
 #include "engine/engine.h"
+#include "golden_fixtures.h"
 #include "install/convert.h"
 #include "install/synth.h"
 #include "model/parity_util.h"
@@ -64,15 +65,11 @@ TEST(CudaParity, WithoutAGpuTheBackendSaysWhy) {
 
 TEST(CudaParity, GoldenFixtures) {
   REQUIRE_CUDA();
-  const std::string root = JoinPath(REDWING_SOURCE_DIR, "tests/fixtures/golden");
-  std::vector<std::string> fixtures;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(root, ec))
-    if (e.is_directory() && PathExists(JoinPath(e.path().string(), "expected.json")))
-      fixtures.push_back(e.path().string());
-  std::sort(fixtures.begin(), fixtures.end());
-  if (fixtures.empty()) GTEST_SKIP() << "no golden fixtures under " << root;
-  for (const std::string& fx : fixtures) {
+  // Every fixture the manifest lists (a missing one fails; parity_test checks the files).
+  const test::GoldenManifest manifest = test::ReadGoldenManifest();
+  ASSERT_TRUE(manifest.error.empty()) << manifest.error;
+  for (const std::string& fixture : manifest.names) {
+    const std::string fx = JoinPath(test::GoldenRoot(), fixture);
     auto text = ReadFileToString(JoinPath(fx, "expected.json"));
     ASSERT_TRUE(text.ok());
     auto expected = ParseJson(*text, "expected.json");
@@ -114,6 +111,7 @@ TEST(CudaParity, GoldenFixtures) {
         ASSERT_TRUE(got.ok()) << got.status().ToString();
         EXPECT_EQ(*got, want);
         const std::vector<float> gen_ref = ReadF32(JoinPath(fx, kind.gen_logits));
+        ASSERT_EQ(gen_ref.size(), want.size() * V) << kind.gen_logits;
         auto d = engine->NewSession();
         auto step = d->Prefill(prompt);
         ASSERT_TRUE(step.ok());
@@ -123,8 +121,8 @@ TEST(CudaParity, GoldenFixtures) {
             step = d->Decode(want[i - 1]);
             ASSERT_TRUE(step.ok()) << step.status().ToString();
           }
-          if (gen_ref.size() == want.size() * V)
-            worst_gen = std::max(worst_gen, RelErr(step->data(), &gen_ref[i * V], V));
+          ASSERT_EQ(step->size(), static_cast<size_t>(V));
+          worst_gen = std::max(worst_gen, RelErr(step->data(), &gen_ref[i * V], V));
         }
         std::printf("[cuda parity] %s chunk %lld: decode vs fixture %.3g\n", name.c_str(),
                     static_cast<long long>(chunk), worst_gen);

@@ -8,6 +8,7 @@
 #include <future>
 
 #include "serve/serve_test_util.h"
+#include "test_prereq.h"
 
 namespace rw {
 namespace {
@@ -79,7 +80,7 @@ TEST(ServeSdk, ChatStreamingCompletionsWrongKeyAndTooLong) {
   REQUIRE_SERVER(server);
   std::string skip;
   Json r = RunSdk("basic", server.port(), "sk-test", &skip);
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  REQUIRE_OR_SKIP(skip.empty(), skip);
   ASSERT_FALSE(r.contains("fatal")) << r.dump(2);
   // Chat, whole.
   EXPECT_EQ(r["chat"]["object"], "chat.completion");
@@ -129,7 +130,7 @@ TEST(ServeSdk, ToolCallRoundTrip) {
   std::string skip;
   Json r = RunSdk("tools", server.port(), "none", &skip);
   std::remove(replies.c_str());
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  REQUIRE_OR_SKIP(skip.empty(), skip);
   ASSERT_FALSE(r.contains("fatal")) << r.dump(2);
   EXPECT_EQ(r["first"]["finish_reason"], "tool_calls") << r.dump(2);
   ASSERT_EQ(r["first"]["tool_calls"].size(), 1u) << r.dump(2);
@@ -504,13 +505,12 @@ TEST(ServePage, BrowserChatsStreamsAndStops) {
   REQUIRE_GEMMA_TINY_MODEL();
   int rc = 0;
   const std::string chromium = test::ShellOut("command -v chromium", &rc);
-  if (rc != 0 || chromium.empty())
-    GTEST_SKIP() << "Debian chromium is not installed (scripts/install-deps.sh installs it)";
+  REQUIRE_OR_SKIP(rc == 0 && !chromium.empty(),
+                  "Debian chromium (scripts/install-deps.sh installs it)");
   test::ShellOut("command -v node", &rc);
-  if (rc != 0) GTEST_SKIP() << "node is not installed (scripts/install-deps.sh installs it)";
-  if (!IsDirectory(SdkDir() + "/playwright-core"))
-    GTEST_SKIP() << "playwright-core is missing under tests/node/node_modules (run "
-                    "scripts/install-deps.sh)";
+  REQUIRE_OR_SKIP(rc == 0, "node (scripts/install-deps.sh installs it)");
+  REQUIRE_OR_SKIP(IsDirectory(SdkDir() + "/playwright-core"),
+                  "playwright-core under tests/node/node_modules (run scripts/install-deps.sh)");
   // Sampling defaults that are not redwing's: the page must take them from the server. Greedy
   // (temperature 0), so that the page's answer can be compared with the API's.
   ServerProcess server(Model().model_dir, {"--api-key", "sk-page", "--temperature", "0", "--top-p",

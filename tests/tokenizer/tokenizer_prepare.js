@@ -7,10 +7,9 @@
 //
 // Writes <out_dir>/tokenizer.json, <out_dir>/tokenizer_config.json and <out_dir>/PREPARED (a stamp
 // holding PREPARE_VERSION; callers regenerate when it differs). Node modules are looked up in
-// tests/node/node_modules (override with REDWING_NODE_MODULES). When the shared Gemma 4 chat
-// template is found (REDWING_GEMMA4_TEMPLATE or <repo>/../shared/reference/gemma4-templates/
-// google-gemma-4-31B-it.jinja) it becomes the config's chat_template; otherwise the Gemma 3
-// template is dropped rather than kept under a Gemma 4 name.
+// tests/node/node_modules (override with REDWING_NODE_MODULES). Gemma 4's official chat template,
+// committed at tests/fixtures/gemma4-templates/google-gemma-4-31B-it.jinja, becomes the config's
+// chat_template in place of Gemma 3's.
 'use strict';
 
 const fs = require('fs');
@@ -98,14 +97,9 @@ function main() {
     }
   }
   config.add_bos_token = false;
-  const templatePath = process.env.REDWING_GEMMA4_TEMPLATE ??
-      path.join(__dirname, '..', '..', '..', 'shared', 'reference', 'gemma4-templates',
-                'google-gemma-4-31B-it.jinja');
-  if (fs.existsSync(templatePath)) {
-    config.chat_template = fs.readFileSync(templatePath, 'utf8');
-  } else {
-    delete config.chat_template;
-  }
+  const templatePath = path.join(__dirname, '..', 'fixtures', 'gemma4-templates',
+                                 'google-gemma-4-31B-it.jinja');
+  config.chat_template = fs.readFileSync(templatePath, 'utf8');
 
   fs.mkdirSync(outDir, { recursive: true });
   writeAtomic(path.join(outDir, 'tokenizer.json'), JSON.stringify(tokJson));
