@@ -415,6 +415,18 @@ TEST(Serve, SigtermStopsCleanlyMidStream) {
   EXPECT_LT(NowMs() - t0, 3000);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 TEST(Serve, ThousandRequestsLeaveMemoryFlat) {
   REQUIRE_GEMMA_TINY_MODEL();
   ServerProcess server(Model().model_dir, {});
@@ -424,7 +436,10 @@ TEST(Serve, ThousandRequestsLeaveMemoryFlat) {
   const std::string comp = Body(Json{{"prompt", "abc"}, {"max_tokens", 2}});
   int64_t rss_warm = 0;
   const int64_t t0 = NowMs();
-  for (int i = 0; i < 1000; ++i) {
+  // Under AddressSanitizer a request costs ~20x and freed memory sits in its quarantine, so the
+  // RSS figure means nothing there: 200 requests check that many in a row are served cleanly.
+  const int requests = kSanitized ? 200 : 1000;
+  for (int i = 0; i < requests; ++i) {
     // Chat and completions in runs, so each request reuses the cached prompt of the last.
     const bool use_chat = (i / 50) % 2 == 0;
     HttpResponse r = c.Request("POST", use_chat ? "/v1/chat/completions" : "/v1/completions",
@@ -433,8 +448,13 @@ TEST(Serve, ThousandRequestsLeaveMemoryFlat) {
     if (i == 99) rss_warm = Health(server.port())["rss_bytes"];
   }
   const int64_t rss_end = Health(server.port())["rss_bytes"];
-  std::printf("1000 requests in %lld ms; RSS after 100: %.1f MiB, after 1000: %.1f MiB\n",
-              static_cast<long long>(NowMs() - t0), rss_warm / 1048576.0, rss_end / 1048576.0);
+  std::printf("%d requests in %lld ms; RSS after 100: %.1f MiB, after %d: %.1f MiB\n", requests,
+              static_cast<long long>(NowMs() - t0), rss_warm / 1048576.0, requests,
+              rss_end / 1048576.0);
+  if (kSanitized) {
+    std::printf("AddressSanitizer build: the RSS bound is checked in the release build only\n");
+    return;
+  }
   EXPECT_LT(rss_end - rss_warm, 8 << 20);
 }
 
