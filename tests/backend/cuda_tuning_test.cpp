@@ -66,8 +66,9 @@ struct Split {
 // One expert's matrix as a blob (codes, scales, biases at 256-byte aligned offsets) and the
 // DevMat of offsets the expert launchers resolve against it.
 struct OneBlob {
-  Dev<uint8_t> bytes;
+  // mat before bytes: members are built in this order, and Pack fills mat.
   cuda::DevMat mat;
+  Dev<uint8_t> bytes;
   static std::vector<uint8_t> Pack(const HostWeight& h, cuda::DevMat* m) {
     std::vector<uint8_t> out;
     auto put = [&out](const void* src, size_t len) {
