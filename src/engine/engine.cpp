@@ -293,11 +293,11 @@ Result<std::vector<float>> Session::Prefill(std::span<const int> ids, bool all_l
   return logits;
 }
 
-void Session::RecordDecode(int id, CallStats call, double seconds) {
-  tokens_.push_back(id);
-  calls_.push_back(1);
+void Session::RecordDecode(std::span<const int> ids, CallStats call, double seconds) {
+  tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+  calls_.push_back(static_cast<int32_t>(ids.size()));
   call.seconds = seconds;
-  call.tokens = 1;
+  call.tokens = static_cast<int64_t>(ids.size());
   last_ = call;
   decode_total_.Add(call);
 }
@@ -310,7 +310,7 @@ Result<std::vector<float>> Session::Decode(int id) {
   CallStats call;
   Stopwatch sw;
   RW_RETURN_IF_ERROR(RunChunk(&id, 1, LogitsRows::kLast, logits.data(), &call.parts));
-  RecordDecode(id, call, sw.Seconds());
+  RecordDecode(std::span<const int>(&id, 1), call, sw.Seconds());
   return logits;
 }
 
@@ -329,12 +329,7 @@ Result<std::vector<float>> Session::Verify(std::span<const int> ids) {
   if (s.code() == ErrorCode::kDevice)
     s = OnDeviceFault(s, ids.data(), k, LogitsRows::kAll, logits.data(), &call.parts);
   RW_RETURN_IF_ERROR(s);
-  tokens_.insert(tokens_.end(), ids.begin(), ids.end());
-  calls_.push_back(static_cast<int32_t>(k));
-  call.seconds = sw.Seconds();
-  call.tokens = k;
-  last_ = call;
-  decode_total_.Add(call);
+  RecordDecode(ids, call, sw.Seconds());
   return logits;
 }
 
@@ -387,7 +382,7 @@ Result<int> Session::DecodeSampled(int id, uint64_t seed, double temperature,
     p.seed = seed;
     next = Sampler(p).Sample(logits, position() + 1, context);
   }
-  RecordDecode(id, call, sw.Seconds());
+  RecordDecode(std::span<const int>(&id, 1), call, sw.Seconds());
   return next;
 }
 
@@ -431,7 +426,7 @@ Status Session::DecodeTopK(int id, int k, float repetition_penalty, TopKStep* ou
   }
   if (host_row && repetition_penalty != 1.0f)
     Sampler::ApplyRepetitionPenalty(out->logits, context, repetition_penalty);
-  RecordDecode(id, call, sw.Seconds());
+  RecordDecode(std::span<const int>(&id, 1), call, sw.Seconds());
   return Status::Ok();
 }
 

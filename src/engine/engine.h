@@ -228,8 +228,8 @@ class Session {
 
  private:
   Status Check(std::span<const int> ids) const;
-  // The timeline and the stats after a decode step of token id that took `seconds`.
-  void RecordDecode(int id, CallStats call, double seconds);
+  // The timeline and the stats after a decode step (or a verify) of ids that took `seconds`.
+  void RecordDecode(std::span<const int> ids, CallStats call, double seconds);
   // The distinct ids a repetition penalty touches in this context (none when it is 1).
   std::vector<int32_t> PenaltyIds(float repetition_penalty, const std::vector<int>& context) const;
   // `cancel` (may be null) is polled before every layer on the CPU; the GPU runs a chunk whole.

@@ -12,13 +12,7 @@
 namespace rw {
 namespace {
 
-// y = W·x for m rows: MatVec for one row, MatMul (weights reused across rows) otherwise.
-void Linear(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
-  if (m == 1)
-    cpu::MatVec(w, x, y, pool);
-  else
-    cpu::MatMul(w, x, m, y, pool);
-}
+using cpu::Linear;
 
 }  // namespace
 

@@ -11,13 +11,7 @@
 namespace rw {
 namespace {
 
-// y = W·x for m rows: MatVec for one row (decode), MatMul (weights reused across rows) otherwise.
-void Linear(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
-  if (m == 1)
-    cpu::MatVec(w, x, y, pool);
-  else
-    cpu::MatMul(w, x, m, y, pool);
-}
+using cpu::Linear;
 
 WeightView NormWeight(const std::vector<float>& w) {
   return F32Weight(w.data(), 1, static_cast<int64_t>(w.size()));

@@ -44,6 +44,13 @@ void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* 
 // Y[M, N] = X[M, K]·Wᵀ (row-major X and Y). Each dequantized weight tile is reused for all M
 // rows, so this is much faster than M MatVec calls.
 void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool);
+// y = W·x for m rows: MatVec for one row (decode), MatMul (weights reused across rows) otherwise.
+inline void Linear(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
+  if (m == 1)
+    MatVec(w, x, y, pool);
+  else
+    MatMul(w, x, m, y, pool);
+}
 // out[K] = row `row` of W in fp32 (embedding lookup).
 void DequantRow(const WeightView& w, int64_t row, float* out);
 void ConvertBf16ToF32(const uint16_t* src, float* dst, int64_t n);
