@@ -24,6 +24,7 @@
 #include "base/file.h"
 #include "base/timer.h"
 #include "base/trace.h"
+#include "engine/generate.h"
 #include "experts/memory_plan.h"
 #include "sample/sampler.h"
 
@@ -419,6 +420,52 @@ Status RunWarmup(const Engine& engine, const BenchOptions& o, int64_t prompt_tok
   return Status::Ok();
 }
 
+// The case's stream again through Generate, plain and then with the drafter, each on a fresh
+// session with the same prompt: the bench's sampling (the Sampler draw SampleUnfiltered equals)
+// and no stop ids, so both must produce the plain run's stream. Both go through the same loop so
+// that their rates compare (the bench's own decode loop also records routing and samples memory).
+// max_new is one more than decode_tokens because Generate's first token comes from the prefill,
+// as the plain run's does.
+Status RunSpeculation(const Engine& engine, const BenchOptions& o, const std::vector<int>& prompt,
+                      BenchCase* c) {
+  std::shared_ptr<Drafter> drafter = MakeDrafter(o.drafter, c->generated, o.seed);
+  SpeculationRun s;
+  s.drafter = drafter->name();
+  s.simulated = o.drafter.kind == DrafterSpec::Kind::kOracle;
+  s.draft_tokens = o.draft_tokens;
+  s.tokens = o.decode_tokens;
+  GenerateOptions g;
+  g.sampling = BenchSampling(o.seed);
+  g.max_new_tokens = o.decode_tokens + 1;
+  auto run = [&](const char* what) -> Result<GenerateResult> {
+    auto session = engine.NewSession();
+    SessionTimeline timeline(*session);
+    TraceScope ts(what, "bench", "tokens", o.decode_tokens);
+    RW_ASSIGN_OR_RETURN(GenerateResult r, Generate(timeline, nullptr, prompt, g));
+    r.ids.resize(std::min(r.ids.size(), c->generated.size()));
+    return r;
+  };
+  RW_ASSIGN_OR_RETURN(GenerateResult plain, run("plain decode (generate)"));
+  g.drafter = drafter;
+  g.draft_tokens = o.draft_tokens;
+  RW_ASSIGN_OR_RETURN(GenerateResult r, run("speculative decode"));
+  s.seconds = r.decode_seconds;
+  s.plain_seconds = plain.decode_seconds;
+  s.identical = r.ids == c->generated && plain.ids == c->generated;
+  s.drafted = r.drafted;
+  s.accepted = r.accepted;
+  s.verify_calls = r.verify_calls;
+  s.drafted_at = r.drafted_at;
+  s.accepted_at = r.accepted_at;
+  Progress(o, fmt::format("{}: speculative decode ({}{}, up to {}) {:.2f} tok/s vs {:.2f} plain, "
+                          "{:.2f} accepted per verify call{}",
+                          c->name, s.drafter, s.simulated ? ": simulated acceptance" : "",
+                          s.draft_tokens, s.tok_s(), s.plain_tok_s(), s.mean_accepted(),
+                          s.identical ? "" : "; NOT the plain run's tokens"));
+  c->speculation = std::move(s);
+  return Status::Ok();
+}
+
 Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_tokens,
                MemorySampler& mem, BenchCase* out) {
   BenchCase& c = *out;
@@ -537,6 +584,8 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
     Progress(
         o, fmt::format("{}: decode {} tokens in {:.2f} s ({:.2f} tok/s), {} distinct ids", c.name,
                        o.decode_tokens, c.decode.seconds, c.decode.tok_s(), c.distinct_generated));
+  if (o.drafter.kind != DrafterSpec::Kind::kOff && o.draft_tokens > 0 && o.decode_tokens > 0)
+    RW_RETURN_IF_ERROR(RunSpeculation(engine, o, prompt, &c));
   return Status::Ok();
 }
 

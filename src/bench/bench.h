@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "bench/disk_probe.h"
 #include "bench/memory_probe.h"
+#include "engine/drafter.h"
 #include "engine/engine.h"
 
 namespace rw {
@@ -98,6 +99,11 @@ struct BenchOptions {
   bool memory_probe = true;
   // CUDA: draw decode tokens on the CPU from copied logits even though the GPU could draw them.
   bool host_sampling = false;
+  // Speculative decoding (off by default): after each case's plain decode, the same prompt and
+  // sampled stream again through Generate with this drafter and up to draft_tokens drafts per
+  // verify step. An oracle drafts the plain run's own stream (simulated acceptance).
+  DrafterSpec drafter;
+  int draft_tokens = 8;
   // Progress lines (e.g. "prompt 3000: prefill done, 12.3 tok/s"); may be empty.
   std::function<void(const std::string&)> progress;
 };
@@ -124,6 +130,26 @@ struct MemoryStats {
   uint64_t cgroup_peak_sampled = 0;  // max memory cgroup usage seen during the case
 };
 
+// A case's speculative run (BenchOptions::drafter), against its plain decode.
+struct SpeculationRun {
+  std::string drafter;     // "ngram", "oracle:0.8"
+  bool simulated = false;  // an oracle: the acceptance is simulated, not a drafter's
+  int draft_tokens = 0;
+  int64_t tokens = 0;  // decoded tokens (the plain run's count)
+  double seconds = 0;  // their wall time (verify calls, drafting, sampling)
+  // The same tokens decoded plainly through the same loop (Generate), for the comparison.
+  double plain_seconds = 0;
+  // Both runs gave the bench's plain stream (speculation must not change a token).
+  bool identical = false;
+  int64_t drafted = 0, accepted = 0, verify_calls = 0;
+  std::vector<int64_t> drafted_at, accepted_at;  // by draft position in a step
+  double tok_s() const { return seconds > 0 ? tokens / seconds : 0; }
+  double plain_tok_s() const { return plain_seconds > 0 ? tokens / plain_seconds : 0; }
+  double mean_accepted() const {
+    return verify_calls > 0 ? static_cast<double>(accepted) / verify_calls : 0;
+  }
+};
+
 struct BenchCase {
   std::string name;  // "prompt128"
   int64_t prompt_tokens = 0;
@@ -142,6 +168,7 @@ struct BenchCase {
   bool sampled_on_device = false;
   // Times the host waited for the GPU (CUDA backend; 0 on the CPU), per phase.
   uint64_t prefill_host_syncs = 0, decode_host_syncs = 0;
+  std::optional<SpeculationRun> speculation;
 };
 
 inline constexpr int64_t kWarmupDecodeTokens = 4;

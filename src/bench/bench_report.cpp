@@ -201,6 +201,28 @@ Json BenchReportToJson(const BenchReport& r) {
                                       {"ratio", m->ratio}};
     else
       cj["decode"]["memory_bound"] = nullptr;
+    if (const auto& sp = c.speculation) {
+      std::vector<double> rate;
+      for (size_t i = 0; i < sp->drafted_at.size(); ++i)
+        rate.push_back(sp->drafted_at[i] > 0
+                           ? static_cast<double>(sp->accepted_at[i]) / sp->drafted_at[i]
+                           : 0.0);
+      cj["speculation"] = {{"drafter", sp->drafter},
+                           {"acceptance", sp->simulated ? "simulated" : "measured"},
+                           {"draft_tokens", sp->draft_tokens},
+                           {"tokens", sp->tokens},
+                           {"seconds", sp->seconds},
+                           {"tok_s", sp->tok_s()},
+                           {"plain_tok_s", sp->plain_tok_s()},
+                           {"identical_to_plain", sp->identical},
+                           {"drafted", sp->drafted},
+                           {"accepted", sp->accepted},
+                           {"verify_calls", sp->verify_calls},
+                           {"mean_accepted", sp->mean_accepted()},
+                           {"acceptance_by_position", rate}};
+    } else {
+      cj["speculation"] = nullptr;
+    }
     cj["memory"] = {
         {"peak_private_bytes", c.memory.peak_anon},
         {"peak_file_resident_bytes", c.memory.peak_file},
@@ -279,6 +301,21 @@ std::string BenchReportTable(const BenchReport& r) {
         hr >= 0 ? fmt::format("{:.1f}%", 100 * hr) : std::string("-"),
         1e3 * d.experts.wait_seconds / n,
         1e3 * std::max(0.0, d.forward_seconds - d.experts.wait_seconds) / n));
+  }
+  for (const BenchCase& c : r.cases) {
+    const auto& sp = c.speculation;
+    if (!sp) continue;
+    std::string by;
+    for (size_t i = 0; i < sp->drafted_at.size(); ++i)
+      by += fmt::format("{}{:.0f}%", i > 0 ? " " : "",
+                        sp->drafted_at[i] > 0 ? 100.0 * sp->accepted_at[i] / sp->drafted_at[i] : 0);
+    line(fmt::format(
+        "  {:>5}: speculative ({}{}, up to {} drafts): decode {:.2f} tok/s vs {:.2f} "
+        "plain (the same loop); {:.2f} accepted per verify call ({} calls); acceptance by draft "
+        "position: {}{}",
+        c.prompt_tokens, sp->drafter, sp->simulated ? ", simulated acceptance" : "",
+        sp->draft_tokens, sp->tok_s(), sp->plain_tok_s(), sp->mean_accepted(), sp->verify_calls,
+        by.empty() ? "-" : by, sp->identical ? "" : "; OUTPUT DIFFERS FROM PLAIN DECODING"));
   }
   line(
       "decode tok/s counts forward passes and sampling, (fwd) the forward passes alone; rd/t: "

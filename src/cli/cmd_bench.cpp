@@ -71,6 +71,7 @@ int Bench(const Args& args) {
                "tokens of a warm-up prompt (then 4 decoded tokens) run before the cases and not "
                "counted: a process pays once for the first use of each expert (checksum, page "
                "mapping). auto: 128, or 0 with --cold");
+  AddSpeculationFlags(flags);
   flags.String("json", "", "also write the results as JSON to this file");
   flags.String("format", "table", "stdout: table (readable) or json");
   AddDiagnosticsFlags(flags);
@@ -108,6 +109,9 @@ int Bench(const Args& args) {
   o.disk_probe = !flags.GetBool("no-disk-probe");
   o.memory_probe = !flags.GetBool("no-memory-probe");
   o.host_sampling = flags.GetBool("host-sampling");
+  if (Status st = SpeculationFromFlags(flags, /*allow_oracle=*/true, &o.drafter, &o.draft_tokens);
+      !st.ok())
+    return ReportError("bench", st);
   if (!flags.GetBool("quiet"))
     o.progress = [](const std::string& line) {
       std::fprintf(stderr, "bench: %s\n", line.c_str());

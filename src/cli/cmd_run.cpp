@@ -2,7 +2,10 @@
 // streamed to stdout, with statistics on stderr.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 
 #include "base/file.h"
 #include "base/json.h"
@@ -62,6 +65,11 @@ int Run(const Args& args) {
   flags.String("prompt-ids", "", "comma-separated prompt token ids");
   flags.String("thinking", "off", "let the model think before answering: on or off");
   AddSamplingFlags(flags);
+  AddSpeculationFlags(flags);
+  flags.String("speculation-log", "",
+               "with --drafter: write one JSON line per verify step to this file: "
+               "{\"position\": P, \"drafted\": [ids], \"accepted\": N} (P: the position of "
+               "the first drafted token)");
   flags.Bool("print-ids", "print the generated ids (space-separated, one line) instead of text");
   flags.Bool("print-prompt-ids", "print the prompt's ids (a JSON array) on the first line");
   flags.Bool("quiet", "no statistics or thinking on stderr");
@@ -92,6 +100,15 @@ int Run(const Args& args) {
   if (!thinking.ok()) return ReportError("run", thinking.status());
   auto gen = GenerateOptionsFromFlags(flags);
   if (!gen.ok()) return ReportError("run", gen.status());
+  DrafterSpec drafter;
+  if (Status st = SpeculationFromFlags(flags, /*allow_oracle=*/false, &drafter, &gen->draft_tokens);
+      !st.ok())
+    return ReportError("run", st);
+  gen->drafter = MakeDrafter(drafter);
+  const std::string log_path = flags.GetString("speculation-log");
+  if (!log_path.empty() && gen->drafter == nullptr)
+    return ReportError(
+        "run", Status(ErrorCode::kInvalidArgument, "--speculation-log needs a --drafter (ngram)"));
   Json messages, tools;
   if (flags.IsSet("messages-file")) {
     if (Status st = ReadMessagesFile(flags.GetString("messages-file"), &messages, &tools); !st.ok())
@@ -159,11 +176,27 @@ int Run(const Args& args) {
       return true;
     };
   }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
+  if (!log_path.empty()) {
+    log.reset(std::fopen(log_path.c_str(), "w"));
+    if (!log)
+      return ReportError(
+          "run", Status(ErrorCode::kIo,
+                        fmt::format("--speculation-log {}: {}", log_path, std::strerror(errno))));
+    cb.on_speculation = [&](const SpeculationStep& st) {
+      const Json line = {
+          {"position", st.position}, {"drafted", st.drafted}, {"accepted", st.accepted}};
+      std::fprintf(log.get(), "%s\n", line.dump().c_str());
+    };
+  }
   auto session = engine->NewSession();
   SessionTimeline timeline(*session);
   const ExpertStoreStats experts_before = engine->expert_stats();
   auto r = Generate(timeline, tok, prompt_ids, *gen, cb);
   if (!r.ok()) return ReportError("run", r.status());
+  if (log && std::fclose(log.release()) != 0)
+    return ReportError(
+        "run", Status(ErrorCode::kIo, fmt::format("--speculation-log {}: write failed", log_path)));
   if (print_ids) {
     std::vector<int> out = r->ids;
     if (r->stop_id >= 0) out.push_back(r->stop_id);  // ids mode shows the stop id, as before

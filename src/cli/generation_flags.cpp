@@ -142,6 +142,36 @@ Result<GenerateOptions> GenerateOptionsFromFlags(const Flags& flags) {
   return o;
 }
 
+void AddSpeculationFlags(Flags& flags) {
+  flags.String("drafter", "off",
+               "speculative decoding: ngram (prompt lookup: drafts what followed the latest "
+               "earlier occurrence of the last few tokens), oracle:P (bench only: simulated "
+               "acceptance P) or off. The output is the same token for token; only the speed "
+               "changes");
+  flags.Int("draft-tokens", 8,
+            "with --drafter: most drafted tokens per verify step (a fixed number; an automatic "
+            "choice is not done yet)");
+}
+
+Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* spec,
+                            int* draft_tokens) {
+  auto parsed = ParseDrafterSpec(flags.GetString("drafter"));
+  if (!parsed.ok())
+    return Error(ErrorCode::kInvalidArgument, "--drafter: {}", parsed.status().message());
+  if (parsed->kind == DrafterSpec::Kind::kOracle && !allow_oracle)
+    return Error(ErrorCode::kInvalidArgument,
+                 "--drafter oracle:P simulates acceptance from a recorded plain run; it is for "
+                 "redwing bench (use ngram here)");
+  const long long n = flags.GetInt("draft-tokens");
+  if (n < 0 || n > 64)
+    return Error(ErrorCode::kInvalidArgument, "--draft-tokens must be in 0..64, not {}", n);
+  if (flags.IsSet("draft-tokens") && parsed->kind == DrafterSpec::Kind::kOff && n > 0)
+    return Error(ErrorCode::kInvalidArgument, "--draft-tokens needs a --drafter");
+  *spec = *parsed;
+  *draft_tokens = parsed->kind == DrafterSpec::Kind::kOff ? 0 : static_cast<int>(n);
+  return Status::Ok();
+}
+
 Result<bool> ThinkingFromFlags(const Flags& flags) {
   const std::string t = flags.GetString("thinking");
   if (t == "on") return true;
@@ -175,6 +205,13 @@ std::string StatsLine(const GenerateResult& r, const GenerateOptions& o) {
   s += fmt::format("; generated {} tokens", r.ids.size() + (r.stop_id >= 0 ? 1 : 0));
   if (r.decoded_tokens > 0 && r.decode_seconds > 0)
     s += fmt::format(", decode {:.2f} tok/s", r.decoded_tokens / r.decode_seconds);
+  if (o.drafter != nullptr && o.draft_tokens > 0) {
+    s += fmt::format("; speculation ({}, up to {}): {} drafted, {} accepted", o.drafter->name(),
+                     o.draft_tokens, r.drafted, r.accepted);
+    if (r.drafted > 0) s += fmt::format(" ({:.1f}%)", 100.0 * r.accepted / r.drafted);
+    s += fmt::format(", {} verify calls, {:.2f} accepted per call", r.verify_calls,
+                     r.mean_accepted());
+  }
   s += fmt::format(" ({}); seed {}; peak RSS {:.0f} MiB", FinishReasonName(r.finish),
                    o.sampling.seed, static_cast<double>(PeakRssBytes()) / (1 << 20));
   return s;

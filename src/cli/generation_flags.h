@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "cli/flags.h"
+#include "engine/drafter.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "sample/sampler.h"
@@ -22,6 +23,13 @@ void AddSamplingFlags(Flags& flags);
 // The seed is random unless --seed is given (the stats line prints it, so a draw can be
 // repeated).
 Result<GenerateOptions> GenerateOptionsFromFlags(const Flags& flags);
+
+// --drafter ngram|oracle:P|off and --draft-tokens N (speculative decoding).
+void AddSpeculationFlags(Flags& flags);
+// The drafter spec and draft count; a drafter with --draft-tokens 0 is off. `allow_oracle`:
+// oracle:P needs a recorded continuation, which only the bench makes.
+Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* spec,
+                            int* draft_tokens);
 
 // --thinking on|off.
 Result<bool> ThinkingFromFlags(const Flags& flags);

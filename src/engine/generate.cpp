@@ -27,6 +27,15 @@ Result<int> TokenTimeline::DecodeAndSample(int id, Sampler& sampler) {
   return SampleNext(sampler, logits, tokens());
 }
 
+Result<std::vector<float>> TokenTimeline::Verify(std::span<const int> ids) {
+  std::vector<float> rows;
+  for (const int id : ids) {
+    RW_ASSIGN_OR_RETURN(std::vector<float> row, Append(std::span<const int>(&id, 1)));
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  return rows;
+}
+
 Result<int> SessionTimeline::DecodeAndSample(int id, Sampler& sampler) {
   if (!s_.samples_on_device()) return TokenTimeline::DecodeAndSample(id, sampler);
   const SamplingParams& p = sampler.params();
@@ -81,6 +90,88 @@ bool Cancelled(const GenerateCallbacks& cb) {
   return cb.cancel != nullptr && cb.cancel->load(std::memory_order_relaxed);
 }
 
+// One speculative step after the last emitted token (r.ids.back(), not yet in the timeline):
+// verify it and up to k drafts in one call, then put in `out` the tokens plain decoding would
+// emit next, as far as the drafts let us see: the accepted drafts and the target's own token
+// after them. `remaining` (>= 1) tokens may still be emitted. The timeline is cut back to the
+// last emitted token's predecessor plus the accepted drafts, as plain decoding would hold it.
+//
+// Exactness: plain decoding emits at position p the token sampler.Sample(row_p, p, tokens[0..p))
+// where row_p is the logits after tokens[0..p). Verify's row i is the row after base + block[0..i]
+// (the same forward pass as a decode step, cut differently), and it is only read while every
+// draft before it was accepted, i.e. while block[0..i] is exactly what plain decoding would have
+// fed. So each emitted token is the plain one, the repetition penalty's context included.
+Status SpeculateStep(TokenTimeline& t, Sampler& sampler, const GenerateOptions& o,
+                     int64_t remaining, GenerateResult& r, const GenerateCallbacks& cb,
+                     std::vector<int>* out) {
+  const int last = r.ids.back();
+  // Drafts beyond what may still be emitted or one verify call holds would be thrown away.
+  const int64_t k = std::min<int64_t>({o.draft_tokens, remaining - 1, t.max_verify() - 1});
+  std::vector<int> drafts;
+  if (k > 0) {
+    std::vector<int> ctx = t.tokens();
+    ctx.push_back(last);
+    drafts = o.drafter->Propose(ctx, static_cast<int>(k));
+    if (static_cast<int64_t>(drafts.size()) > k) drafts.resize(static_cast<size_t>(k));
+  }
+  if (drafts.empty()) {  // nothing to verify: a plain step (on the GPU, its device draw)
+    RW_ASSIGN_OR_RETURN(int next, t.DecodeAndSample(last, sampler));
+    out->push_back(next);
+    ++r.decoded_tokens;
+    return Status::Ok();
+  }
+  const int64_t base = static_cast<int64_t>(t.tokens().size());
+  std::vector<int> block = {last};
+  block.insert(block.end(), drafts.begin(), drafts.end());
+  std::vector<float> rows;
+  {
+    TraceScope ts("verify", "decode", "tokens", static_cast<int64_t>(block.size()));
+    RW_ASSIGN_OR_RETURN(rows, t.Verify(block));
+  }
+  const std::vector<int>& ctx = t.tokens();  // base + block
+  const size_t V = rows.size() / block.size();
+  int accepted = 0;
+  for (size_t i = 0; i < block.size(); ++i) {
+    const int64_t pos = base + static_cast<int64_t>(i) + 1;
+    int tok = 0;
+    {
+      TraceScope ts("sample", "sample");
+      tok = sampler.Sample(std::span<const float>(&rows[i * V], V), pos,
+                           std::span<const int>(ctx.data(), static_cast<size_t>(pos)));
+    }
+    out->push_back(tok);
+    if (i < drafts.size() && tok == drafts[i]) {
+      ++accepted;
+      continue;
+    }
+    break;  // the target's own token at the first mismatch, or after the last draft
+  }
+  const int64_t keep = base + 1 + accepted;
+  if (keep < static_cast<int64_t>(ctx.size())) {
+    if (!t.CanRewind(keep))
+      return Error(ErrorCode::kInternal,
+                   "speculative decoding: cannot drop the {} rejected drafts at position {}",
+                   static_cast<int64_t>(ctx.size()) - keep, keep);
+    RW_RETURN_IF_ERROR(t.Rewind(keep));
+  }
+  const size_t d = drafts.size();
+  r.drafted += static_cast<int64_t>(d);
+  r.accepted += accepted;
+  ++r.verify_calls;
+  r.decoded_tokens += static_cast<int64_t>(out->size());
+  if (r.drafted_at.size() < d) {
+    r.drafted_at.resize(d);
+    r.accepted_at.resize(d);
+  }
+  for (size_t i = 0; i < d; ++i) {
+    ++r.drafted_at[i];
+    if (static_cast<int>(i) < accepted) ++r.accepted_at[i];
+  }
+  o.drafter->Accepted(static_cast<int>(d), accepted);
+  if (cb.on_speculation) cb.on_speculation(SpeculationStep{base + 1, std::move(drafts), accepted});
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
@@ -129,7 +220,11 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
 
   // The first token from the prompt's logits; each later one from its decode step.
   Sampler sampler(o.sampling);
-  int next = SampleNext(sampler, logits, t.tokens());
+  // Tokens chosen but not yet emitted: one when plain, a verified block when speculating.
+  std::vector<int> pending = {SampleNext(sampler, logits, t.tokens())};
+  size_t next_pending = 0;
+  const bool speculate = o.drafter != nullptr && o.draft_tokens > 0;
+  if (speculate) o.drafter->Begin(prompt);
 
   std::optional<StreamDecoder> decoder;
   if (tokenizer != nullptr) decoder.emplace(*tokenizer);
@@ -146,7 +241,7 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
   const int64_t room = t.max_context() - n;  // positions left for generated tokens
   const int64_t limit = std::min(o.max_new_tokens, room);
   while (static_cast<int64_t>(r.ids.size()) < limit) {
-    const int id = next;
+    const int id = pending[next_pending++];
     if (r.ids.empty()) r.first_token_seconds = total.Seconds();
     if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
       r.finish = FinishReason::kStop;
@@ -167,8 +262,30 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
       break;
     }
     if (static_cast<int64_t>(r.ids.size()) >= limit) break;
-    RW_ASSIGN_OR_RETURN(next, t.DecodeAndSample(r.ids.back(), sampler));
-    ++r.decoded_tokens;
+    if (next_pending < pending.size()) continue;
+    pending.clear();
+    next_pending = 0;
+    if (speculate) {
+      RW_RETURN_IF_ERROR(SpeculateStep(t, sampler, o, limit - static_cast<int64_t>(r.ids.size()), r,
+                                       cb, &pending));
+    } else {
+      RW_ASSIGN_OR_RETURN(int next, t.DecodeAndSample(r.ids.back(), sampler));
+      pending.push_back(next);
+      ++r.decoded_tokens;
+    }
+  }
+  if (speculate) {
+    // A block that ended in a stop or at the limit may have run tokens past it: hold what plain
+    // decoding would (every emitted token but the last, and that one too before a stop id).
+    const int64_t emitted = static_cast<int64_t>(r.ids.size());
+    const int64_t plain = n + (r.stop_id >= 0 ? emitted : std::max<int64_t>(0, emitted - 1));
+    if (static_cast<int64_t>(t.tokens().size()) > plain) {
+      if (t.CanRewind(plain)) {
+        RW_RETURN_IF_ERROR(t.Rewind(plain));
+      } else {
+        t.Reset();
+      }
+    }
   }
   if (decoder && !stops.stopped()) {
     std::string tail = stops.Push(decoder->Flush());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/drafter.h"
 #include "engine/engine.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +31,11 @@ class TokenTimeline {
   // position, with the timeline as context). By default Append, then Sampler::Sample on the
   // logits; a timeline that can pick on its device overrides it (same token, fewer bytes moved).
   virtual Result<int> DecodeAndSample(int id, Sampler& sampler);
+  // Speculative decoding's verify: appends ids and returns the logits after each of them,
+  // [ids.size()][vocab]. By default one Append per id (scripted timelines); a Session does it in
+  // one forward call. At most max_verify() ids.
+  virtual Result<std::vector<float>> Verify(std::span<const int> ids);
+  virtual int64_t max_verify() const { return chunk(); }
   virtual const std::vector<int>& tokens() const = 0;
   virtual bool CanRewind(int64_t pos) const = 0;
   virtual Status Rewind(int64_t pos) = 0;
@@ -47,6 +53,9 @@ class SessionTimeline final : public TokenTimeline {
   // On the GPU: the unfiltered draw (Session::DecodeSampled) or the top-k candidates
   // (Session::DecodeTopK, then Sampler::SampleCandidates) when the sampler allows.
   Result<int> DecodeAndSample(int id, Sampler& sampler) override;
+  // Session::Verify: one forward call, logits on the host (also on the GPU).
+  Result<std::vector<float>> Verify(std::span<const int> ids) override { return s_.Verify(ids); }
+  int64_t max_verify() const override { return s_.engine().prefill_chunk(); }
   const std::vector<int>& tokens() const override { return s_.tokens(); }
   bool CanRewind(int64_t pos) const override { return s_.CanRewind(pos); }
   Status Rewind(int64_t pos) override { return s_.Rewind(pos); }
@@ -70,6 +79,18 @@ struct GenerateOptions {
   std::vector<int> stop_ids;              // a sampled stop id ends generation (not in the text)
   std::vector<std::string> stop_strings;  // matched on decoded text, across tokens
   bool reuse_prefix = true;  // keep the cached prefix the prompt shares with the timeline
+  // Speculative decoding: each step verifies the last token and up to draft_tokens of the
+  // drafter's guesses in one call (null or 0: plain decoding). The output is the same token for
+  // token; only the speed changes. The drafter is used by one generation at a time.
+  std::shared_ptr<Drafter> drafter;
+  int draft_tokens = 0;
+};
+
+// One verify step, for --speculation-log.
+struct SpeculationStep {
+  int64_t position = 0;  // the absolute position of the first drafted token
+  std::vector<int> drafted;
+  int accepted = 0;  // how many of drafted the target agreed with
 };
 
 struct GenerateCallbacks {
@@ -80,6 +101,8 @@ struct GenerateCallbacks {
   const std::atomic<bool>* cancel = nullptr;
   // Called before each prefill chunk with (done, total) prompt tokens; servers send keep-alives.
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;
+  // After each speculative verify step.
+  std::function<void(const SpeculationStep& step)> on_speculation;
 };
 
 struct GenerateResult {
@@ -92,7 +115,16 @@ struct GenerateResult {
   int64_t reused_tokens = 0;  // prompt tokens served from the cache
   double prefill_seconds = 0, decode_seconds = 0;
   double first_token_seconds = 0;  // from the call to the first sampled token
-  int64_t decoded_tokens = 0;      // forward passes after prefill
+  // Tokens the decode phase produced (one per forward pass when plain; with speculation, the
+  // accepted drafts plus the target's own token of each verify call).
+  int64_t decoded_tokens = 0;
+  // Speculation: drafted ids verified, how many were accepted, verify calls, and both counts by
+  // draft position (index 0: the first drafted token of a step).
+  int64_t drafted = 0, accepted = 0, verify_calls = 0;
+  std::vector<int64_t> drafted_at, accepted_at;
+  double mean_accepted() const {
+    return verify_calls > 0 ? static_cast<double>(accepted) / static_cast<double>(verify_calls) : 0;
+  }
 };
 
 // Cuts the timeline back to the longest prefix it shares with prompt that it can keep, leaving

@@ -331,6 +331,49 @@ TEST(BenchLibTest, RunBenchInProcess) {
   EXPECT_EQ(j["cases"][0]["prefill"]["tokens"].get<int>(), 50);
 }
 
+// --drafter: each case decodes its stream again, plainly and speculatively through Generate;
+// both give the bench's own stream, and the oracle's acceptance follows P.
+TEST(BenchLibTest, SpeculativeRunGivesThePlainStream) {
+  BenchOptions o;
+  o.engine.model_dir = TinyModel();
+  o.engine.threads = 2;
+  o.engine.prefill_chunk = 16;
+  o.prompt_tokens = {40};
+  o.decode_tokens = 48;
+  o.disk_probe = o.memory_probe = false;
+  o.warmup_tokens = 0;
+  o.draft_tokens = 6;
+  for (const double p : {1.0, 0.5}) {
+    o.drafter = {DrafterSpec::Kind::kOracle, p};
+    auto rep = RunBench(o);
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    const auto& sp = rep->cases[0].speculation;
+    ASSERT_TRUE(sp.has_value());
+    EXPECT_TRUE(sp->identical) << p;
+    EXPECT_TRUE(sp->simulated);
+    EXPECT_EQ(sp->tokens, 48);
+    EXPECT_GT(sp->verify_calls, 0);
+    if (p == 1.0) {
+      EXPECT_EQ(sp->accepted, sp->drafted);
+      // 48 tokens after the first, 7 per call: 7 calls (the last one cut short).
+      EXPECT_EQ(sp->verify_calls, 7);
+    } else {
+      EXPECT_LT(sp->accepted, sp->drafted);
+    }
+    ASSERT_EQ(sp->drafted_at.size(), 6u);
+    EXPECT_GE(sp->drafted_at[0], sp->drafted_at[5]);
+    const Json j = BenchReportToJson(*rep);
+    EXPECT_EQ(j["cases"][0]["speculation"]["acceptance"].get<std::string>(), "simulated");
+    EXPECT_TRUE(j["cases"][0]["speculation"]["identical_to_plain"].get<bool>());
+    EXPECT_NE(BenchReportTable(*rep).find("simulated acceptance"), std::string::npos);
+  }
+  o.drafter = {DrafterSpec::Kind::kOff, 0};
+  auto off = RunBench(o);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->cases[0].speculation.has_value());
+  EXPECT_TRUE(BenchReportToJson(*off)["cases"][0]["speculation"].is_null());
+}
+
 // The warm-up runs its own session: the cases generate the same tokens with it or without it,
 // and its time is reported apart from theirs.
 TEST(BenchLibTest, WarmupIsSeparateFromTheCases) {

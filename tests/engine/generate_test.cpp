@@ -218,6 +218,34 @@ TEST(Generate, StopStringsEndTheTextAcrossTokens) {
   EXPECT_FALSE(none.ok()) << "stop strings without a tokenizer must be refused";
 }
 
+// A timeline without a verify of its own verifies by appending one token at a time; speculation
+// over it emits what plain decoding emits, stops inside an accepted block included, and leaves
+// the timeline as plain decoding does.
+TEST(Generate, SpeculationOverTheDefaultVerify) {
+  Tokenizer tok = Letters();
+  const std::vector<int> script = {3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 8, 9};
+  const std::vector<int> prompt = {2, 3, 4, 5, 6, 7, 3, 4};
+  for (const bool stop : {false, true}) {
+    GenerateOptions o = Greedy(30);
+    if (stop) o.stop_strings = {"fg"};  // ids 8, 9: late in the script
+    ScriptedTimeline plain_t(script, 1000, 8);
+    auto plain = Generate(plain_t, &tok, prompt, o);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(plain->finish, stop ? FinishReason::kStop : FinishReason::kLength);
+    o.drafter = std::make_shared<NgramDrafter>(3, 1);
+    o.draft_tokens = 5;
+    ScriptedTimeline spec_t(script, 1000, 8);
+    auto spec = Generate(spec_t, &tok, prompt, o);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(spec->ids, plain->ids);
+    EXPECT_EQ(spec->text, plain->text);
+    EXPECT_EQ(spec->finish, plain->finish);
+    EXPECT_EQ(spec_t.tokens(), plain_t.tokens());
+    EXPECT_GT(spec->accepted, 0) << "the script repeats: lookup should guess right";
+    EXPECT_LT(spec->verify_calls, plain->decoded_tokens);
+  }
+}
+
 TEST(Generate, BadOptionsAreRefused) {
   ScriptedTimeline t({3}, 100, 8);
   GenerateOptions o = Greedy(5);
