@@ -315,6 +315,13 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
     logits_ = Floats(out_rows * V);
     if (logits_ == nullptr) return Error(ErrorCode::kResourceExhausted, "GPU logits");
     logits_rows_ = out_rows;
+    // A captured decode step writes its logits into the old buffer, while the draw, the top-k
+    // and the copy after it read logits_: capture it again (a verify of k rows, or a prefill
+    // asking for every row, after decode steps would otherwise leave the draw reading stale rows).
+    if (graph_exec_ != nullptr) {
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+      graph_exec_ = nullptr;
+    }
   }
   // One decode step as a graph when nothing in it needs the host (experts resident or mapped).
   const bool graphable = m == 1 && rows == LogitsRows::kLast && use_graphs_ && !graph_failed_ &&

@@ -179,6 +179,26 @@ TEST_P(BackendTest, RollingBackARejectedBlockLeavesPlainDecoding) {
   EXPECT_TRUE(s->CanRewind(55));
 }
 
+// Decode steps (on CUDA: replayed from a captured graph), then a verify of more rows than a
+// step has, then decode steps again: the later steps must not read the verify's rows (a graph
+// captured before the verify's larger logits buffer kept writing to the old one).
+TEST_P(BackendTest, DecodeStepsAfterAVerifyAreStillPlainDecoding) {
+  const int vocab = static_cast<int>(V_);
+  const std::vector<int> prompt = Ids(12, 8, vocab);
+  const std::vector<int> next = Ids(12, 9, vocab);
+  const auto plain = Steps(prompt, next);
+  auto s = engine_->NewSession();
+  ASSERT_TRUE(s->Prefill(prompt).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->Decode(next[i]).ok());
+  ASSERT_TRUE(s->Verify(std::span<const int>(next.data() + 3, 5)).ok());
+  ASSERT_TRUE(s->Rewind(static_cast<int64_t>(prompt.size()) + 4).ok());
+  for (size_t i = 4; i < next.size(); ++i) {
+    auto l = s->Decode(next[i]);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_LT(RelErr(l->data(), plain[i].data(), V_), 1e-4) << "step " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, BackendTest,
                          ::testing::Values(BackendKind::kCpu, BackendKind::kCuda),
                          [](const auto& info) { return std::string(BackendName(info.param)); });
