@@ -4,6 +4,7 @@
 
 #include "base/json.h"
 #include "engine/generate.h"
+#include "engine/vocab_tokenizer.h"
 
 namespace rw {
 namespace {
@@ -25,21 +26,7 @@ Tokenizer Letters() {
                      {"rstrip", false},
                      {"normalized", false},
                      {"special", true}});
-  Json j = {{"version", "1.0"},
-            {"added_tokens", added},
-            {"normalizer", nullptr},
-            {"pre_tokenizer", nullptr},
-            {"post_processor", nullptr},
-            {"decoder", {{"type", "Fuse"}}},
-            {"model",
-             {{"type", "BPE"},
-              {"unk_token", nullptr},
-              {"byte_fallback", false},
-              {"vocab", vocab},
-              {"merges", Json::array()}}}};
-  auto t = Tokenizer::FromJsonText(j.dump(), "letters.json");
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return *t;
+  return test::VocabTokenizer(vocab, added, "letters.json");
 }
 
 // Logits make script[position % size] the clear favourite at every position.

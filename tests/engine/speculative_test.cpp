@@ -13,6 +13,7 @@
 #include "engine/drafter.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/vocab_tokenizer.h"
 #include "model/parity_util.h"
 
 namespace rw {
@@ -49,21 +50,7 @@ std::vector<int> Prompt(int salt = 0) {
 Tokenizer NumberTokens(int vocab) {
   Json v = Json::object();
   for (int i = 0; i < vocab; ++i) v["<" + std::to_string(i) + ">"] = i;
-  Json j = {{"version", "1.0"},
-            {"added_tokens", Json::array()},
-            {"normalizer", nullptr},
-            {"pre_tokenizer", nullptr},
-            {"post_processor", nullptr},
-            {"decoder", {{"type", "Fuse"}}},
-            {"model",
-             {{"type", "BPE"},
-              {"unk_token", nullptr},
-              {"byte_fallback", false},
-              {"vocab", v},
-              {"merges", Json::array()}}}};
-  auto t = Tokenizer::FromJsonText(j.dump(), "numbers.json");
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return *t;
+  return test::VocabTokenizer(v, Json::array(), "numbers.json");
 }
 
 struct Outcome {
