@@ -333,6 +333,41 @@ Result<std::vector<float>> Session::Verify(std::span<const int> ids) {
   return logits;
 }
 
+Result<std::vector<RowPick>> Session::VerifyPicks(std::span<const int> ids, uint64_t seed,
+                                                  double temperature, int top_k) {
+  RW_RETURN_IF_ERROR(init_);
+  RW_RETURN_IF_ERROR(closed_);
+  RW_RETURN_IF_ERROR(Check(ids));
+  const int64_t k = static_cast<int64_t>(ids.size());
+  if (k > backend_->max_verify_picks())
+    return Error(ErrorCode::kUnsupported, "a verify of {} tokens with device picks (at most {})", k,
+                 backend_->max_verify_picks());
+  std::vector<RowPick> picks;
+  CallStats call;
+  Stopwatch sw;
+  Status s = backend_->VerifyAndPick(ids.data(), k, position(), seed, temperature, top_k, &picks,
+                                     &call.parts);
+  if (s.code() == ErrorCode::kDevice) {
+    // The CPU finishes the call (failover): its rows come back whole, to be picked on the host.
+    const size_t V = static_cast<size_t>(engine_->config().vocab_size);
+    std::vector<float> logits(static_cast<size_t>(k) * V);
+    s = OnDeviceFault(s, ids.data(), k, LogitsRows::kAll, logits.data(), &call.parts);
+    if (s.ok()) {
+      picks.assign(static_cast<size_t>(k), RowPick{});
+      for (size_t r = 0; r < picks.size(); ++r)
+        picks[r].logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(r * V),
+                               logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * V));
+    }
+  }
+  RW_RETURN_IF_ERROR(s);
+  RecordDecode(ids, call, sw.Seconds());
+  return picks;
+}
+
+int64_t Session::max_verify_picks() const {
+  return backend_->max_verify_picks();
+}
+
 bool Session::samples_on_device() const {
   return on_gpu();  // the draw runs wherever the forward pass does
 }

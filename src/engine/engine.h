@@ -171,6 +171,14 @@ class Session {
   // Engine::prefill_chunk() of them) in one forward call and returns their logits
   // [ids.size()][vocab]. Rewind drops the rejected ones afterwards.
   Result<std::vector<float>> Verify(std::span<const int> ids);
+  // Verify with the picks made on the device (the CUDA backend), so no row of logits crosses
+  // PCIe: row r's pick as DecodeSampled (top_k = 0: the draw at `temperature`) or DecodeTopK
+  // (top_k candidates) would make it after a decode step, with no repetition penalty. After a
+  // failover to the CPU the rows come back whole (RowPick::logits). At most
+  // max_verify_picks() ids; kUnsupported when the backend has no device picks.
+  Result<std::vector<RowPick>> VerifyPicks(std::span<const int> ids, uint64_t seed,
+                                           double temperature, int top_k);
+  int64_t max_verify_picks() const;
   // Whether DecodeSampled is available, and DecodeTopK cuts on the device: the CUDA backend.
   bool samples_on_device() const;
   // Appends one token and returns the next one drawn on the device at `temperature` (> 0) with

@@ -56,6 +56,21 @@ Result<int> SessionTimeline::DecodeAndSample(int id, Sampler& sampler) {
   return sampler.SampleCandidates(step.ids, step.values, s_.position());
 }
 
+Result<bool> SessionTimeline::VerifyOnDevice(std::span<const int> ids, const Sampler& sampler,
+                                             std::vector<RowPick>* picks) {
+  const SamplingParams& p = sampler.params();
+  if (!s_.samples_on_device() || p.repetition_penalty != 1.0f ||
+      static_cast<int64_t>(ids.size()) > s_.max_verify_picks())
+    return false;
+  int top_k = 0;  // the unfiltered draw
+  if (!sampler.unfiltered()) {
+    top_k = sampler.CandidatesK();
+    if (top_k < 1 || top_k > Session::kMaxDeviceTopK) return false;
+  }
+  RW_ASSIGN_OR_RETURN(*picks, s_.VerifyPicks(ids, p.seed, p.temperature, top_k));
+  return true;
+}
+
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
@@ -123,21 +138,34 @@ Status SpeculateStep(TokenTimeline& t, Sampler& sampler, const GenerateOptions& 
   const int64_t base = static_cast<int64_t>(t.tokens().size());
   std::vector<int> block = {last};
   block.insert(block.end(), drafts.begin(), drafts.end());
-  std::vector<float> rows;
+  std::vector<float> rows;     // the rows on the host, or
+  std::vector<RowPick> picks;  // the picks made on the device
+  bool on_device = false;
   {
     TraceScope ts("verify", "decode", "tokens", static_cast<int64_t>(block.size()));
-    RW_ASSIGN_OR_RETURN(rows, t.Verify(block));
+    RW_ASSIGN_OR_RETURN(on_device, t.VerifyOnDevice(block, sampler, &picks));
+    if (!on_device) {
+      RW_ASSIGN_OR_RETURN(rows, t.Verify(block));
+    }
   }
   const std::vector<int>& ctx = t.tokens();  // base + block
   const size_t V = rows.size() / block.size();
   int accepted = 0;
   for (size_t i = 0; i < block.size(); ++i) {
     const int64_t pos = base + static_cast<int64_t>(i) + 1;
+    const std::span<const int> before(ctx.data(), static_cast<size_t>(pos));
     int tok = 0;
     {
       TraceScope ts("sample", "sample");
-      tok = sampler.Sample(std::span<const float>(&rows[i * V], V), pos,
-                           std::span<const int>(ctx.data(), static_cast<size_t>(pos)));
+      if (!on_device) {
+        tok = sampler.Sample(std::span<const float>(&rows[i * V], V), pos, before);
+      } else if (const RowPick& p = picks[i]; !p.logits.empty()) {
+        tok = sampler.Sample(p.logits, pos, before);  // a whole row (ties, or a failover)
+      } else if (!p.ids.empty()) {
+        tok = sampler.SampleCandidates(p.ids, p.values, pos);  // as DecodeAndSample's top-k
+      } else {
+        tok = p.token;  // the device's draw, as DecodeSampled's
+      }
     }
     out->push_back(tok);
     if (i < drafts.size() && tok == drafts[i]) {

@@ -36,6 +36,15 @@ class TokenTimeline {
   // one forward call. At most max_verify() ids.
   virtual Result<std::vector<float>> Verify(std::span<const int> ids);
   virtual int64_t max_verify() const { return chunk(); }
+  // A verify whose picks are made on the device where `sampler` allows it (no repetition
+  // penalty; an unfiltered draw or at most Session::kMaxDeviceTopK candidates): appends ids,
+  // fills picks (row r's, see RowPick) and returns true; false (nothing appended) when the
+  // caller should use Verify instead.
+  virtual Result<bool> VerifyOnDevice(std::span<const int> ids, const Sampler& sampler,
+                                      std::vector<RowPick>* picks) {
+    (void)ids, (void)sampler, (void)picks;
+    return false;
+  }
   virtual const std::vector<int>& tokens() const = 0;
   virtual bool CanRewind(int64_t pos) const = 0;
   virtual Status Rewind(int64_t pos) = 0;
@@ -55,6 +64,9 @@ class SessionTimeline final : public TokenTimeline {
   Result<int> DecodeAndSample(int id, Sampler& sampler) override;
   // Session::Verify: one forward call, logits on the host (also on the GPU).
   Result<std::vector<float>> Verify(std::span<const int> ids) override { return s_.Verify(ids); }
+  // Session::VerifyPicks on the GPU, as DecodeAndSample picks there.
+  Result<bool> VerifyOnDevice(std::span<const int> ids, const Sampler& sampler,
+                              std::vector<RowPick>* picks) override;
   int64_t max_verify() const override { return s_.engine().prefill_chunk(); }
   const std::vector<int>& tokens() const override { return s_.tokens(); }
   bool CanRewind(int64_t pos) const override { return s_.CanRewind(pos); }

@@ -32,6 +32,13 @@ class CudaBackend final : public ForwardBackend {
     return s;
   }
 
+  Status Verify(const int* ids, int64_t k, int64_t pos0, float* logits,
+                ForwardStats* stats) override {
+    Status s = pass_->Verify(ids, k, pos0, logits, stats);
+    if (s.ok()) Captured();
+    return s;
+  }
+
   Status SetCapture(std::vector<int> layers) override {
     std::sort(layers.begin(), layers.end());
     layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
@@ -59,6 +66,13 @@ class CudaBackend final : public ForwardBackend {
     return s;
   }
   int max_top_k() const override { return CudaForwardPass::kMaxTopK; }
+  Status VerifyAndPick(const int* ids, int64_t k, int64_t pos0, uint64_t seed, double temperature,
+                       int top_k, std::vector<RowPick>* picks, ForwardStats* stats) override {
+    Status s = pass_->VerifyAndPick(ids, k, pos0, seed, temperature, top_k, picks, stats);
+    if (s.ok()) Captured();
+    return s;
+  }
+  int64_t max_verify_picks() const override { return CudaForwardPass::kMaxVerifyPicks; }
   uint64_t host_syncs() const override { return pass_->host_syncs(); }
 
   Result<int> HandOver(ForwardBackend& to, int64_t pos0, int64_t m,

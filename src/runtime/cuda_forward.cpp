@@ -157,11 +157,13 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_logits_, 4 * static_cast<size_t>(c_.vocab_size)),
                           "pinned");
   sample_scratch_ = Floats(static_cast<int64_t>(cuda::GumbelSampleScratchBytes() / 4 + 1));
-  d_token_ = reinterpret_cast<int*>(Floats(1));
-  RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_token_, sizeof(int)), "pinned");
+  // One token or candidate list per row of a verify (VerifyAndPick), the first for a decode step.
+  d_token_ = reinterpret_cast<int*>(Floats(kMaxVerifyPicks));
+  RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_token_, kMaxVerifyPicks * sizeof(int)), "pinned");
   topk_scratch_ = Floats(static_cast<int64_t>(cuda::TopKScratchBytes() / 4 + 1));
-  d_cand_ = reinterpret_cast<int*>(Floats(1 + 2 * kTopKCap));
-  RW_CUDA_RETURN_IF_ERROR(cudaMallocHost(&h_cand_, (1 + 2 * kTopKCap) * sizeof(int)), "pinned");
+  d_cand_ = reinterpret_cast<int*>(Floats(kMaxVerifyPicks * (1 + 2 * kTopKCap)));
+  RW_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(&h_cand_, kMaxVerifyPicks * (1 + 2 * kTopKCap) * sizeof(int)), "pinned");
   penalty_cap_ = max_context + 1;
   d_penalty_ = reinterpret_cast<int*>(Floats(penalty_cap_));
   RW_CUDA_RETURN_IF_ERROR(
@@ -262,8 +264,9 @@ Status CudaForwardPass::WaitRouting() {
 
 Status CudaForwardPass::Linear(const cuda::DevMat& w, const float* x, int64_t m, float* y,
                                const cuda::XPlanes* xp) {
-  const cudaError_t e = m == 1 ? cuda::LaunchMatVec(w, x, y, S(stream_))
-                               : cuda::LaunchMatMul(w, x, m, y, S(stream_), xp);
+  const cudaError_t e = m == 1        ? cuda::LaunchMatVec(w, x, y, S(stream_))
+                        : RowsPath(m) ? cuda::LaunchMatVecRows(w, x, m, y, S(stream_))
+                                      : cuda::LaunchMatMul(w, x, m, y, S(stream_), xp);
   RW_CUDA_RETURN_IF_ERROR(e, "linear {}x{} on {} rows", w.rows, w.cols, m);
   if (timing_) return Mark(m == 1 ? "matvec" : "matmul");
   return Status::Ok();
@@ -291,7 +294,8 @@ uint64_t CudaForwardPass::SplitBytes(const ModelConfig& c, int64_t M) {
 
 Result<const cuda::XPlanes*> CudaForwardPass::SplitX(const float* x, int64_t m, int64_t cols) {
   planes_ = cuda::XPlanes{};
-  if (m < 16 || split_ == nullptr) return static_cast<const cuda::XPlanes*>(nullptr);
+  if (m < cuda::kMinTensorCoreRows || RowsPath(m) || split_ == nullptr)
+    return static_cast<const cuda::XPlanes*>(nullptr);
   const cudaError_t e = cuda::LaunchSplitX(x, m, cols, split_, split_bytes_, &planes_, S(stream_));
   if (e == cudaErrorNotSupported) return static_cast<const cuda::XPlanes*>(nullptr);
   RW_CUDA_RETURN_IF_ERROR(e, "x split for the matmuls ({}x{})", m, cols);
@@ -310,7 +314,7 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
                                           cudaMemcpyHostToDevice, S(stream_)),
                           "parameters");
   const int64_t V = c_.vocab_size;
-  const int64_t out_rows = rows == LogitsRows::kAll ? m : rows == LogitsRows::kLast ? 1 : 0;
+  int64_t out_rows = rows == LogitsRows::kAll ? m : rows == LogitsRows::kLast ? 1 : 0;
   if (out_rows > logits_rows_) {
     logits_ = Floats(out_rows * V);
     if (logits_ == nullptr) return Error(ErrorCode::kResourceExhausted, "GPU logits");
@@ -367,6 +371,11 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
   }
   bool copy_row = out_rows == 1 && sample_ == nullptr;
   bool synced = false;  // a Sync() after the last work this call enqueued
+  if (sample_ != nullptr && sample_->picks != nullptr) {
+    RW_RETURN_IF_ERROR(PickRows(m));
+    synced = true;
+    out_rows = 0;  // nothing else to copy back
+  }
   if (out_rows == 1 && sample_ != nullptr && penalty_ != 1.0f && !penalty_ids_.empty()) {
     if (static_cast<int64_t>(penalty_ids_.size()) > penalty_cap_)
       return Error(ErrorCode::kInternal, "{} penalized ids for a context of {}",
@@ -454,6 +463,95 @@ Status CudaForwardPass::RunAndSample(int id, int64_t pos0, uint64_t seed, double
   sample_ = nullptr;
   SetPenalty(1.0f, {});
   return st;
+}
+
+Status CudaForwardPass::VerifyAndPick(const int* ids, int64_t m, int64_t pos0, uint64_t seed,
+                                      double temperature, int k, std::vector<RowPick>* picks,
+                                      ForwardStats* stats) {
+  if (m < 1 || m > kMaxVerifyPicks || k < 0 || k > kMaxTopK)
+    return Error(ErrorCode::kInvalidArgument,
+                 "a verify with device picks takes 1..{} tokens and 0..{} candidates, got {}, {}",
+                 kMaxVerifyPicks, kMaxTopK, m, k);
+  SampleArgs args{seed, pos0 + 1, temperature, nullptr};
+  args.k = k;
+  args.picks = picks;
+  sample_ = &args;
+  verify_ = true;
+  Status st = Run(ids, m, pos0, LogitsRows::kAll, nullptr, stats);
+  verify_ = false;
+  sample_ = nullptr;
+  SetPenalty(1.0f, {});
+  return st;
+}
+
+Status CudaForwardPass::Verify(const int* ids, int64_t m, int64_t pos0, float* logits,
+                               ForwardStats* stats) {
+  verify_ = true;
+  Status st = Run(ids, m, pos0, LogitsRows::kAll, logits, stats);
+  verify_ = false;
+  return st;
+}
+
+Status CudaForwardPass::PickRows(int64_t m) {
+  const SampleArgs& a = *sample_;
+  const int64_t V = c_.vocab_size;
+  const size_t stride = 1 + 2 * kTopKCap;
+  cudaStream_t s = S(stream_);
+  bool whole_rows = false;  // the top-k kernel does not take this vocabulary: every row back
+  for (int64_t r = 0; r < m && !whole_rows; ++r) {
+    const float* row = logits_ + r * V;
+    if (a.k == 0) {
+      RW_K(cuda::LaunchGumbelSample(row, V, a.seed, a.position + r, a.temperature, sample_scratch_,
+                                    d_token_ + r, s),
+           "sample");
+      continue;
+    }
+    int* cand = d_cand_ + static_cast<size_t>(r) * stride;
+    const cudaError_t e =
+        cuda::LaunchTopKCandidates(row, V, a.k, topk_scratch_, kTopKCap, cand + 1,
+                                   reinterpret_cast<float*>(cand + 1 + kTopKCap), cand, s);
+    if (e == cudaErrorNotSupported) {
+      cudaGetLastError();
+      whole_rows = true;
+    } else {
+      RW_K(e, "top-k candidates");
+    }
+  }
+  if (a.k == 0) {
+    RW_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h_token_, d_token_, static_cast<size_t>(m) * 4, cudaMemcpyDeviceToHost, s),
+        "sampled tokens");
+  } else if (!whole_rows) {
+    RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_cand_, d_cand_, static_cast<size_t>(m) * stride * 4,
+                                            cudaMemcpyDeviceToHost, s),
+                            "top-k candidates");
+  }
+  RW_RETURN_IF_ERROR(Sync());
+  std::vector<RowPick>& out = *a.picks;
+  out.assign(static_cast<size_t>(m), RowPick{});
+  for (int64_t r = 0; r < m; ++r) {
+    RowPick& p = out[static_cast<size_t>(r)];
+    if (a.k == 0) {
+      p.token = h_token_[r];
+      continue;
+    }
+    const int* cand = h_cand_ + static_cast<size_t>(r) * stride;
+    const int count = whole_rows ? -1 : cand[0];
+    if (count >= 0 && count <= kTopKCap) {
+      p.ids.assign(cand + 1, cand + 1 + count);
+      const float* vals = reinterpret_cast<const float*>(cand + 1 + kTopKCap);
+      p.values.assign(vals, vals + count);
+      continue;
+    }
+    // More ties than fit (or no top-k kernel): the whole row, as RunAndTopK gives it.
+    p.logits.resize(static_cast<size_t>(V));
+    RW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(h_logits_, logits_ + r * V, static_cast<size_t>(V) * 4,
+                                            cudaMemcpyDeviceToHost, s),
+                            "logits");
+    RW_RETURN_IF_ERROR(Sync());
+    std::memcpy(p.logits.data(), h_logits_, static_cast<size_t>(V) * 4);
+  }
+  return Status::Ok();
 }
 
 static_assert(CudaForwardPass::kMaxTopK == cuda::kMaxTopK);
@@ -630,6 +728,11 @@ Status CudaForwardPass::Attention(int li, int64_t m) {
     const cuda::DevMat w[3] = {L.q, L.k, L.v};
     float* const y[3] = {q_, k_, v_};
     RW_K(cuda::LaunchMatVecMulti(w, y, g.k_eq_v ? 2 : 3, a_, s), "q/k/v");
+  } else if (RowsPath(m)) {
+    // A verify: the same products as decode, for its m rows in one launch.
+    const cuda::DevMat w[3] = {L.q, L.k, L.v};
+    float* const y[3] = {q_, k_, v_};
+    RW_K(cuda::LaunchMatVecMultiRows(w, y, g.k_eq_v ? 2 : 3, a_, m, s), "q/k/v");
   } else {
     // Prefill: the projections stacked in one launch where the kernel allows.
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xp, SplitX(a_, m, H));
@@ -674,6 +777,8 @@ Status CudaForwardPass::DenseMlp(int li, int64_t m) {
   cudaStream_t s = S(stream_);
   if (m == 1) {
     RW_K(cuda::LaunchGateUpGeglu(L.gate, L.up, a_, g_, s), "gate/up");
+  } else if (RowsPath(m)) {
+    RW_K(cuda::LaunchGateUpGegluRows(L.gate, L.up, a_, m, g_, s), "gate/up");
   } else {
     RW_ASSIGN_OR_RETURN(const cuda::XPlanes* xp, SplitX(a_, m, c_.hidden_size));
     const cuda::DevMat w[2] = {L.gate, L.up};
@@ -696,7 +801,7 @@ Status CudaForwardPass::Router(int li, int64_t m) {
   RW_K(cuda::LaunchRouteTopK(router_logits_, router_logits_, m, c_.num_experts, c_.top_k,
                              L.per_expert_scale, Idx(li, m), topk_w_, s),
        "route top-k");
-  if ((m > 1 && !GpuPlan()) || model_.decode_table() == nullptr) {
+  if ((m > 1 && !RowsPath(m) && !GpuPlan()) || model_.decode_table() == nullptr) {
     // The host groups a chunk's tokens by expert, and the copy path must fetch missing experts:
     // read the choice back, and let the dense MLP run on the GPU meanwhile (Experts waits).
     RW_K(cudaMemcpyAsync(h_idx_, Idx(li, m), static_cast<size_t>(m * c_.top_k) * 4,
@@ -710,7 +815,13 @@ Status CudaForwardPass::Router(int li, int64_t m) {
 // Gemma4TextExperts (F3): moe = Σ_e w_e · down_e(gelu_tanh(gate_e u2) ⊙ up_e u2) with
 // u2 = RMS_pre_ff_2(h); m2 = RMS_post_ff_2(moe), summed per token in ascending expert order.
 Status CudaForwardPass::Experts(int li, int64_t m) {
-  RW_RETURN_IF_ERROR(m == 1 ? ExpertsDecode(li, stream_) : ExpertsPrefill(li, m));
+  if (m == 1) {
+    RW_RETURN_IF_ERROR(ExpertsDecode(li, stream_));
+  } else if (RowsPath(m) && model_.decode_table() != nullptr) {
+    RW_RETURN_IF_ERROR(ExpertsRows(li, m));
+  } else {
+    RW_RETURN_IF_ERROR(ExpertsPrefill(li, m));
+  }
   return MoeFinish(li, m);
 }
 
@@ -760,6 +871,24 @@ Status CudaForwardPass::ExpertsDecode(int li, void* stream) {
        "expert pointers");
   RW_K(cuda::LaunchExpertGateUp(L.experts, ptrs, nullptr, k, a2_, 0, ex_g_, s), "expert gate/up");
   RW_K(cuda::LaunchExpertDown(L.experts, ptrs, nullptr, k, ex_g_, ex_y_, s), "expert down");
+  return Status::Ok();
+}
+
+// A verify's m tokens as m decode steps' experts in one launch per matrix: slot t·k + j is token
+// t's j-th choice (the decode table picks its blob on the GPU), so each (token, expert) product
+// is the decode step's. An expert two tokens chose is read twice, from L2 the second time.
+Status CudaForwardPass::ExpertsRows(int li, int64_t m) {
+  const CudaLayer& L = model_.layer(li);
+  const int k = c_.top_k, E = c_.num_experts;
+  cudaStream_t s = S(stream_);
+  const uint8_t* const* layer_table = model_.decode_table() + static_cast<size_t>(li) * E;
+  const int slots = static_cast<int>(m) * k;
+  RW_K(cuda::LaunchExpertGateUp(L.experts, layer_table, Idx(li, m), slots, a2_, c_.hidden_size,
+                                ex_g_, s, k),
+       "expert gate/up");
+  RW_K(cuda::LaunchExpertDown(L.experts, layer_table, Idx(li, m), slots, ex_g_, ex_y_, s),
+       "expert down");
+  rows_of_ = nullptr;  // MoeFinish: token t's j-th result is row t·k + j
   return Status::Ok();
 }
 

@@ -71,6 +71,17 @@ class CudaForwardPass {
   static constexpr int kMaxTopK = 64;  // cuda::kMaxTopK
   Status RunAndTopK(int id, int64_t pos0, int k, std::vector<int>* ids, std::vector<float>* values,
                     std::vector<float>* logits, ForwardStats* stats);
+  // A speculative verify whose picks are made on the GPU (no repetition penalty): tokens
+  // ids[0..m) at pos0.. (m <= kMaxVerifyPicks), every row's logits kept on the device, then row
+  // r picked as RunAndSample (k = 0: the draw at sample position pos0 + 1 + r) or RunAndTopK
+  // (k > 0: its candidates) would pick it after a decode step. Only m tokens or candidate lists
+  // cross PCIe, where copying the rows back took ~0.6 ms and drawing 262,144 logits on the host
+  // ~2.5 ms a row (H200 host).
+  static constexpr int kMaxVerifyPicks = 32;
+  // Run with LogitsRows::kAll for a speculative verify (see RowsPath).
+  Status Verify(const int* ids, int64_t m, int64_t pos0, float* logits, ForwardStats* stats);
+  Status VerifyAndPick(const int* ids, int64_t m, int64_t pos0, uint64_t seed, double temperature,
+                       int k, std::vector<RowPick>* picks, ForwardStats* stats);
 
   // Copies the residual after each of `layers` (ascending, distinct) to the host for every token
   // of each call from now on (empty: stop), into captured() as [layer][m][hidden] of the last
@@ -213,7 +224,22 @@ class CudaForwardPass {
     std::vector<int>* ids = nullptr;
     std::vector<float>* values = nullptr;
     std::vector<float>* logits = nullptr;
+    std::vector<RowPick>* picks = nullptr;  // VerifyAndPick: every row of the call
   };
+  // VerifyAndPick's picks of the call's m rows (after Body; waits for the GPU).
+  Status PickRows(int64_t m);
+  // A speculative verify of 2..kRowsPathMax tokens runs decode's products over its rows
+  // (cuda::LaunchMatVecRows and the expert slots), not the prefill matmuls: the matmul tiles
+  // leave most of the GPU idle at a few rows (a 9-token verify took 20 ms on the H200 against
+  // 2.7 ms for a decode step), and each row's products are then a decode step's. Prefill chunks
+  // keep the matmuls whatever their size, so a prompt's logits stay bit-identical across
+  // stores and budgets (the copy path has no decode table and takes the prefill experts).
+  static constexpr int64_t kRowsPathMax = 16;
+  bool verify_ = false;  // the call in progress is a Verify or VerifyAndPick
+  bool RowsPath(int64_t m) const {
+    return verify_ && m > 1 && m <= kRowsPathMax && model_.decode_table() != nullptr;
+  }
+  Status ExpertsRows(int li, int64_t m);
   const SampleArgs* sample_ = nullptr;
   void* sample_scratch_ = nullptr;
   int* d_token_ = nullptr;

@@ -33,6 +33,16 @@ struct ForwardStats {
 
 enum class LogitsRows { kNone, kLast, kAll };
 
+// What a backend that picks on its device returns for one row of a verify
+// (ForwardBackend::VerifyAndPick): the drawn token (unfiltered draw), or the row's top-k
+// candidates (ids, values), or, when the candidates do not fit, the whole row (logits).
+struct RowPick {
+  int token = -1;
+  std::vector<int> ids;
+  std::vector<float> values;
+  std::vector<float> logits;
+};
+
 // The residual stream after chosen decoder layers, for every token of the last call: what a
 // drafter reads as context features. rows() is [tokens][layers.size()][hidden].
 struct HiddenCapture {

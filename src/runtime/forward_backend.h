@@ -77,6 +77,20 @@ class ForwardBackend {
     return Run(ids, k, pos0, LogitsRows::kAll, logits, stats, nullptr);
   }
 
+  // A verify whose picks are made where the logits are, so the rows need not be copied back:
+  // row r picked as RunAndSample (k = 0: the unfiltered draw at sample position pos0 + 1 + r)
+  // or RunAndTopK (k > 0: its candidates) would pick it after a decode step; no repetition
+  // penalty. kUnsupported where the backend has no such picks (the caller then uses Verify).
+  virtual Status VerifyAndPick(const int* ids, int64_t k, int64_t pos0, uint64_t seed,
+                               double temperature, int top_k, std::vector<RowPick>* picks,
+                               ForwardStats* stats) {
+    (void)ids, (void)k, (void)pos0, (void)seed, (void)temperature, (void)top_k, (void)picks,
+        (void)stats;
+    return Error(ErrorCode::kUnsupported, "this backend has no device picks");
+  }
+  // The most tokens VerifyAndPick takes (0: none).
+  virtual int64_t max_verify_picks() const { return 0; }
+
   // Records, from the next call on, the residual after each of `layers` (ascending, distinct,
   // in [0, num_layers)) for every token of each call into capture() (empty: stop).
   virtual Status SetCapture(std::vector<int> layers) = 0;

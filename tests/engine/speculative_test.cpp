@@ -22,20 +22,40 @@ namespace {
 constexpr int64_t kChunk = 8, kContext = 256;
 constexpr int kDraft = 6;  // drafts per step (a verify call of 7 <= kChunk)
 
+// The backend the current test runs on (SpeculativeTest's parameter).
+BackendKind g_backend = BackendKind::kCpu;
+
 std::shared_ptr<Engine> TinyEngine() {
-  static std::shared_ptr<Engine> engine = [] {
+  static std::map<BackendKind, std::shared_ptr<Engine>> engines;
+  std::shared_ptr<Engine>& engine = engines[g_backend];
+  if (engine == nullptr) {
     EngineOptions o;
     o.model_dir = test::TinySynthModel("speculative", 23);
     o.threads = 2;
     o.max_context = kContext;
     o.prefill_chunk = kChunk;
+    o.backend = g_backend;
     o.load_tokenizer = false;
     auto e = Engine::Load(o);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
-    return e.ok() ? *e : nullptr;
-  }();
+    if (e.ok()) engine = *e;
+  }
   return engine;
 }
+
+// Every Generate case on the CPU and, where this build and machine have one, on the GPU (whose
+// plain decoding draws on the device, and whose verify picks on the device too).
+class Speculative : public ::testing::TestWithParam<BackendKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == BackendKind::kCuda) {
+      if (Status st = CudaBackendAvailable(); !st.ok()) GTEST_SKIP() << "CUDA: " << st.message();
+    }
+    g_backend = GetParam();
+    ASSERT_NE(TinyEngine(), nullptr);
+  }
+  void TearDown() override { g_backend = BackendKind::kCpu; }
+};
 
 // 42 tokens (past the 16-token window) of a 7-token phrase repeated, so prompt lookup has
 // something to find.
@@ -116,7 +136,7 @@ std::map<std::string, int64_t> ExpectSameAsPlain(const std::vector<int>& prompt,
   return drafted;
 }
 
-TEST(Speculative, GreedyOutputIsPlainDecodingsTokenForToken) {
+TEST_P(Speculative, GreedyOutputIsPlainDecodingsTokenForToken) {
   int64_t ngram = 0;
   for (int salt = 0; salt < 3; ++salt) {
     auto drafted =
@@ -126,7 +146,7 @@ TEST(Speculative, GreedyOutputIsPlainDecodingsTokenForToken) {
   EXPECT_GT(ngram, 0) << "prompt lookup should find the repeated phrase";
 }
 
-TEST(Speculative, SampledOutputIsPlainDecodingsForEverySeed) {
+TEST_P(Speculative, SampledOutputIsPlainDecodingsForEverySeed) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     GenerateOptions o = Options(32, seed % 2 ? 1.0f : 0.7f, seed);
     if (seed % 3 == 1) o.sampling.top_k = 20;
@@ -136,7 +156,7 @@ TEST(Speculative, SampledOutputIsPlainDecodingsForEverySeed) {
   }
 }
 
-TEST(Speculative, RepetitionPenaltySeesTheAcceptedDraftsBeforeEachPosition) {
+TEST_P(Speculative, RepetitionPenaltySeesTheAcceptedDraftsBeforeEachPosition) {
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     GenerateOptions o = Options(40, seed == 1 ? 0.0f : 0.8f, seed);
     o.sampling.repetition_penalty = 1.5f;
@@ -144,7 +164,7 @@ TEST(Speculative, RepetitionPenaltySeesTheAcceptedDraftsBeforeEachPosition) {
   }
 }
 
-TEST(Speculative, MaxNewIsNeverExceededAtBlockBoundaries) {
+TEST_P(Speculative, MaxNewIsNeverExceededAtBlockBoundaries) {
   for (const int64_t max_new : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{kDraft},
                                 int64_t{kDraft + 1}, int64_t{kDraft + 2}, int64_t{2 * kDraft + 3}})
     ExpectSameAsPlain(Prompt(), Options(max_new), "max_new " + std::to_string(max_new));
@@ -154,7 +174,7 @@ TEST(Speculative, MaxNewIsNeverExceededAtBlockBoundaries) {
   ExpectSameAsPlain(longp, Options(100), "context end");
 }
 
-TEST(Speculative, StopIdsAndStopStringsInsideAnAcceptedBlock) {
+TEST_P(Speculative, StopIdsAndStopStringsInsideAnAcceptedBlock) {
   const Tokenizer tok = NumberTokens(TinyEngine()->config().vocab_size);
   const Outcome plain = Generated(Prompt(), Options(30), &tok);
   ASSERT_EQ(plain.r.ids.size(), 30u);
@@ -173,7 +193,7 @@ TEST(Speculative, StopIdsAndStopStringsInsideAnAcceptedBlock) {
   EXPECT_EQ(Generated(Prompt(), s, &tok).r.stop_id, id);
 }
 
-TEST(Speculative, StatisticsAndTheStepCallback) {
+TEST_P(Speculative, StatisticsAndTheStepCallback) {
   const Outcome plain = Generated(Prompt(), Options(20));
   GenerateOptions o = Options(20);
   o.drafter = std::make_shared<OracleDrafter>(plain.r.ids, 1.0, 1);
@@ -212,6 +232,12 @@ TEST(Speculative, StatisticsAndTheStepCallback) {
   EXPECT_EQ(r->decoded_tokens, 19);
   for (const SpeculationStep& st : steps) EXPECT_EQ(st.accepted, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, Speculative,
+                         ::testing::Values(BackendKind::kCpu, BackendKind::kCuda),
+                         [](const ::testing::TestParamInfo<BackendKind>& i) {
+                           return std::string(BackendName(i.param));
+                         });
 
 TEST(Drafter, NgramProposesWhatFollowedTheLatestMatch) {
   NgramDrafter d;  // trigram, then bigram

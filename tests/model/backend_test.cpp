@@ -5,6 +5,7 @@
 // leaves the cache as if it had never run, also when the block wrapped the sliding ring.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -196,6 +197,59 @@ TEST_P(BackendTest, DecodeStepsAfterAVerifyAreStillPlainDecoding) {
     auto l = s->Decode(next[i]);
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     EXPECT_LT(RelErr(l->data(), plain[i].data(), V_), 1e-4) << "step " << i;
+  }
+}
+
+// A verify whose picks are made on the device picks, row by row, what decode steps that draw on
+// the device pick: the unfiltered draw at each row's position, or the top-k candidates. The CPU
+// has no device picks and says so, leaving the session as it was.
+TEST_P(BackendTest, VerifyWithDevicePicksPicksAsDecodeStepsDo) {
+  const int vocab = static_cast<int>(V_);
+  const std::vector<int> prompt = Ids(21, 2, vocab);
+  const std::vector<int> block = Ids(6, 5, vocab);
+  if (!engine_->NewSession()->samples_on_device()) {
+    auto s = engine_->NewSession();
+    ASSERT_TRUE(s->Prefill(prompt).ok());
+    EXPECT_EQ(s->VerifyPicks(block, 1, 1.0, 0).status().code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(s->position(), static_cast<int64_t>(prompt.size()));
+    return;
+  }
+  for (const int top_k : {0, 1, 20}) {
+    for (const uint64_t seed : {1u, 2u, 3u}) {
+      const std::string where = "top_k " + std::to_string(top_k) + " seed " + std::to_string(seed);
+      auto v = engine_->NewSession();
+      ASSERT_TRUE(v->Prefill(prompt).ok());
+      auto picks = v->VerifyPicks(block, seed, 0.8, top_k);
+      ASSERT_TRUE(picks.ok()) << picks.status().ToString();
+      ASSERT_EQ(picks->size(), block.size());
+      EXPECT_EQ(v->position(), static_cast<int64_t>(prompt.size() + block.size()));
+      auto d = engine_->NewSession();
+      ASSERT_TRUE(d->Prefill(prompt).ok());
+      for (size_t i = 0; i < block.size(); ++i) {
+        const RowPick& p = (*picks)[i];
+        if (top_k == 0) {
+          auto t = d->DecodeSampled(block[i], seed, 0.8, 1.0f);
+          ASSERT_TRUE(t.ok()) << t.status().ToString();
+          EXPECT_EQ(p.token, *t) << where << " row " << i;
+          continue;
+        }
+        Session::TopKStep st;
+        ASSERT_TRUE(d->DecodeTopK(block[i], top_k, 1.0f, &st).ok());
+        std::vector<int> a = p.ids, b = st.ids;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        EXPECT_EQ(a, b) << where << " row " << i;
+        EXPECT_EQ(static_cast<int>(p.ids.size()), top_k) << where << " row " << i;
+      }
+    }
+  }
+  // More tokens than the device picks take: refused, nothing appended.
+  auto s = engine_->NewSession();
+  ASSERT_TRUE(s->Prefill(prompt).ok());
+  const int64_t too_many = s->max_verify_picks() + 1;
+  if (too_many <= kChunk) {
+    EXPECT_FALSE(s->VerifyPicks(Ids(static_cast<int>(too_many), 3, vocab), 1, 1.0, 0).ok());
+    EXPECT_EQ(s->position(), static_cast<int64_t>(prompt.size()));
   }
 }
 

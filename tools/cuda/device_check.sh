@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every CUDA test and the CUDA benchmarks on a GPU machine, from binaries built elsewhere
 # and carried in .rwdev/ (bin/: redwing, backend_cuda_test, cuda_parity_test, cuda_fault_test,
-# copy_ceiling;
+# cuda_tuning_forward_test, backend_test, speculative_test, copy_ceiling;
 # lib/: the shared libraries they need, see tools/cuda/pack.sh).
 #
 #   tools/cuda/device_check.sh [tests|bench|all] [OUT_DIR]
@@ -82,6 +82,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   run_gtest cuda_tuning_forward_test 180 "^\[  |FAIL|tuning|Failure" 40 \
     "$bin/cuda_tuning_forward_test"
   run_gtest backend_test 180 "^\[  |FAIL|Failure" 40 "$bin/backend_test"
+  run_gtest speculative_test 240 "^\[  |FAIL|Failure" 40 "$bin/speculative_test"
 
   # The dated record of this run.
   commit=${REDWING_COMMIT:-$("$bin/redwing" --version 2>/dev/null | sed -n 's/.*(\(.*\)).*/\1/p')}
@@ -106,7 +107,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     echo
     echo "Skipped tests and why:"
     echo
-    skips=$(cd "$out" && grep -h -A1 ": Skipped$" backend_cuda_test*.txt cuda_*_test.txt backend_test.txt 2>/dev/null |
+    skips=$(cd "$out" && grep -h -A1 ": Skipped$" backend_cuda_test*.txt cuda_*_test.txt backend_test.txt speculative_test.txt 2>/dev/null |
       grep -vE ": Skipped$|^--$" | sort | uniq -c | sed 's/^ *\([0-9]*\) /- \1 × /')
     echo "${skips:-- none}"
   } > "$record"

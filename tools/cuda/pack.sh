@@ -9,7 +9,8 @@ build=${1:-build/hcuda}
 dest=${2:-.rwdev}
 mkdir -p "$dest/bin" "$dest/lib"
 
-for b in redwing backend_cuda_test cuda_parity_test cuda_fault_test cuda_tuning_forward_test backend_test; do
+for b in redwing backend_cuda_test cuda_parity_test cuda_fault_test cuda_tuning_forward_test backend_test \
+  speculative_test; do
   cp "$build/bin/$b" "$dest/bin/"
   strip --strip-debug "$dest/bin/$b"
 done

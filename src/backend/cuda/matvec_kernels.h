@@ -16,8 +16,13 @@ namespace rw::cuda {
 //     W_j is w[0] resolved against expert slot j's blob (table blobs[idx[j]] when idx is given,
 //     else blobs[j]), x_j = x + j·cols and y_j = y[0] + j·rows; without blobs, W_j = w[j] and
 //     y_j = y[j] (j < 3, shared x);
-//   gateup: h_j = gelu_tanh(gate·x_j) ⊙ (up·x_j), x_j = x + j·x_stride, h_j = h + j·rows
-//     (gate/up resolved against slot j's blob when blobs is given).
+//   gateup: h_j = gelu_tanh(gate·x_j) ⊙ (up·x_j), x_j = x + (j / x_per)·x_stride,
+//     h_j = h + j·rows (gate/up resolved against slot j's blob when blobs is given).
+// Without blobs, `batch` inputs x[batch][cols] run as blockIdx.z = b, each as one decode row:
+// x_b = x + b·cols, outputs y[i] + b·w[i].rows (gateup: h + b·rows). Every row's arithmetic is
+// that of a one-row launch, so a k-token verify's products are bit-identical to k decode steps'.
+// Only the integer tensor-core kernel takes batch > 1 or x_per > 1; the dispatcher splits such a
+// launch into one-row launches for the others.
 struct MatVecArgs {
   bool gateup = false;
   DevMat w[3];  // plain: the matrices (w[0] only with blobs); gateup: w[0] gate, w[1] up
@@ -29,6 +34,8 @@ struct MatVecArgs {
   const float* x = nullptr;
   int64_t x_stride = 0;
   float* h = nullptr;
+  int batch = 1;  // without blobs: input rows (see above)
+  int x_per = 1;  // gateup with blobs: slots sharing one input row
 };
 
 // The launch on the integer tensor cores (ops_matvec_i8.cu), for 4-bit and 8-bit weights with

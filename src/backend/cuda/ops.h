@@ -75,6 +75,12 @@ size_t SplitXBytes(int64_t rows, int64_t cols);
 cudaError_t LaunchSplitX(const float* x, int64_t rows, int64_t cols, void* scratch,
                          size_t scratch_bytes, XPlanes* out, cudaStream_t s, int parts = 0);
 
+// The fewest rows a product takes the tensor-core kernels for (fewer: the fp32-FMA kernel).
+// Two: a speculative verify of 2..16 tokens is weight-bound like a decode step, and the MMA
+// kernels stream each weight tile once for all rows (partial row tiles are zero-filled), where
+// the FMA kernel took ~245 us per dense product on the H200 (docs/PERFORMANCE.md).
+constexpr int64_t kMinTensorCoreRows = 2;
+
 // Y[m][N] = X[m][K]·Wᵀ (prefill): tiles of W dequantized into shared memory. xp, when given,
 // is x split by LaunchSplitX (at least m rows): affine weights then take the planes kernel.
 cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s,
@@ -85,6 +91,16 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
 cudaError_t LaunchMatMulMulti(const DevMat* w, float* const* y, int n, const float* x, int64_t m,
                               cudaStream_t s, const XPlanes* xp = nullptr);
 
+// The decode products for m input rows at once (a speculative verify, a short chunk):
+// x[m][cols] → y[m][rows] (each matrix's), every row computed exactly as the one-row launch
+// computes it (the integer tensor-core kernel over a grid of rows; else one launch per row), so
+// a verify's rows are a decode step's bit for bit in these products. m <= 65535.
+cudaError_t LaunchMatVecRows(const DevMat& w, const float* x, int64_t m, float* y, cudaStream_t s);
+cudaError_t LaunchMatVecMultiRows(const DevMat* w, float* const* y, int n, const float* x,
+                                  int64_t m, cudaStream_t s);
+cudaError_t LaunchGateUpGegluRows(const DevMat& gate, const DevMat& up, const float* x, int64_t m,
+                                  float* h, cudaStream_t s);
+
 // The dense MLP's first half (decode): h = gelu_tanh(gate·x) ⊙ (up·x).
 cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float* x, float* h,
                               cudaStream_t s);
@@ -92,8 +108,11 @@ cudaError_t LaunchGateUpGeglu(const DevMat& gate, const DevMat& up, const float*
 // Routed experts, decode: slot j < n uses the blob blobs[idx[j]] when idx is given (a table of
 // resident experts indexed by the router's choice, on the GPU) else blobs[j], and input
 // x + j·x_stride: h[j] = gelu_tanh(gate·x) ⊙ (up·x) ([n][I]); then y[j] = down·h[j] ([n][H]).
+// x_per > 1: slots j share input row j / x_per (x + (j / x_per)·x_stride): a verify's tokens
+// with their k experts each.
 cudaError_t LaunchExpertGateUp(const ExpertMats& e, const uint8_t* const* blobs, const int* idx,
-                               int n, const float* x, int64_t x_stride, float* h, cudaStream_t s);
+                               int n, const float* x, int64_t x_stride, float* h, cudaStream_t s,
+                               int x_per = 1);
 cudaError_t LaunchExpertDown(const ExpertMats& e, const uint8_t* const* blobs, const int* idx,
                              int n, const float* h, float* y, cudaStream_t s);
 

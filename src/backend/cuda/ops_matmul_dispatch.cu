@@ -2,8 +2,8 @@
 // x split once (LaunchSplitX) take the warpgroup-MMA kernel on Hopper (ops_matmul_wgmma.cu, q/k/v,
 // gate/up and expert gate/up stacked into one launch each), else the planes kernel
 // (ops_matmul_planes.cu); with x not split, the bf16 kernel that splits it (ops_matmul_bf16.cu);
-// everything else, and chunks under 16 rows, the simple kernels (ops_matmul_simple.cu: 3xTF32 on
-// sm_80+, fp32 FMAs before).
+// everything else, and single rows (decode uses the matvec), the simple kernels
+// (ops_matmul_simple.cu: 3xTF32 on sm_80+, fp32 FMAs before).
 #include <cuda_runtime.h>
 
 #include "backend/cuda/matmul.h"
@@ -80,7 +80,7 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
                          const XPlanes* xp) {
   if (w.rows <= 0 || w.cols <= 0 || m <= 0) return cudaSuccess;
   if (cudaError_t e = CheckMat(w); e != cudaSuccess) return e;
-  if (UseTensorCores() && m >= 16) {
+  if (UseTensorCores() && m >= kMinTensorCoreRows) {
     if (xp != nullptr && xp->rows >= m && UsePlanes()) {
       const cudaError_t e =
           PlanesMatMul(w, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, y, s, 0);
@@ -95,8 +95,8 @@ cudaError_t LaunchMatMul(const DevMat& w, const float* x, int64_t m, float* y, c
 cudaError_t LaunchMatMulMulti(const DevMat* w, float* const* y, int n, const float* x, int64_t m,
                               cudaStream_t s, const XPlanes* xp) {
   if (n < 1 || n > 3) return cudaErrorInvalidValue;
-  if (n > 1 && UseStacks() && m >= 16 && xp != nullptr && xp->rows >= m && UseTensorCores() &&
-      UsePlanes()) {
+  if (n > 1 && UseStacks() && m >= kMinTensorCoreRows && xp != nullptr && xp->rows >= m &&
+      UseTensorCores() && UsePlanes()) {
     const cudaError_t e =
         LaunchAffineMatMulWgmmaStack(w, y, n, nullptr, 1, nullptr, nullptr, m, m, nullptr, *xp, s);
     if (e != cudaErrorNotSupported) {

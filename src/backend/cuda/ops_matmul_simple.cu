@@ -3,7 +3,7 @@
 // the tile product runs on tensor cores as 3xTF32 (fp32 accuracy), else (or with
 // REDWING_CUDA_MATMUL=simt) as fp32 FMAs in 32×64 tiles. The dispatcher (ops_matmul_dispatch.cu)
 // sends affine weights to the bf16 kernels of ops_matmul_*.cu first; these take f32/bf16
-// weights, unaligned inputs, chunks under 16 rows and GPUs older than sm_80. Each output's K loop
+// weights, unaligned inputs, single rows and GPUs older than sm_80. Each output's K loop
 // runs in ascending order, so an expert's result does not depend on the grouping.
 #include <cuda_runtime.h>
 

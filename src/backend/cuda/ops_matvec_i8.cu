@@ -297,9 +297,11 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
     const uint8_t* blob = a.idx != nullptr ? a.blobs[a.idx[j]] : a.blobs[j];
     wb0 = Resolve(a.w[0], blob);
     wb1 = a.gateup ? Resolve(a.w[1], blob) : wb0;
-    x += j * (a.gateup ? a.x_stride : a.w[0].cols);
+    x += a.gateup ? (j / a.x_per) * a.x_stride : j * a.w[0].cols;
     yb = a.gateup ? a.h + j * a.rows : a.y[0] + j * a.rows;
   }
+  const int64_t b = blockIdx.z;  // the input row of a batch (no blobs)
+  x += b * cols;
   // Turn → matrix and first row (q/k/v: the matrices' tiles one after another).
   auto locate = [&](int64_t turn) {
     TurnPos p{0, turn * rows_per_block};
@@ -370,7 +372,7 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
         for (int s = 0; s < kSlices; ++s) g += red[0][s][threadIdx.x];
 #pragma unroll
         for (int s = 0; s < kSlices; ++s) u += red[1][s][threadIdx.x];
-        float* y = a.blobs != nullptr ? yb : a.h;
+        float* y = a.blobs != nullptr ? yb : a.h + b * a.rows;
         if (row < w.rows) y[row] = GeluTanh(g) * u;
       }
     } else if (threadIdx.x < 16 * kTiles) {
@@ -379,8 +381,13 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
       float v = 0.0f;
 #pragma unroll
       for (int s = 0; s < kSlices; ++s) v += red[t][s][r];
-      float* y = a.blobs != nullptr ? yb : p.mat == 0 ? a.y[0] : p.mat == 1 ? a.y[1] : a.y[2];
-      if (row < matrix(p, 0).rows) y[row] = v;
+      const DevMat& wm = matrix(p, 0);
+      float* y = a.blobs != nullptr ? yb
+                                    : (p.mat == 0   ? a.y[0]
+                                       : p.mat == 1 ? a.y[1]
+                                                    : a.y[2]) +
+                                          b * wm.rows;
+      if (row < wm.rows) y[row] = v;
     }
     __syncthreads();  // red and this stage's buffer are reused
     if (stages == 1 && next < a.turns) issue(next, 0);
@@ -436,8 +443,9 @@ cudaError_t LaunchT(Args& args, cudaStream_t s) {
     blocks = ResidentBlocks(k, kThreads, sp.Bytes());
   }
   const unsigned slots = args.blobs != nullptr ? args.slots : 1;
-  return LaunchKernel(kernel, dim3(blocks, slots, 1), kThreads, static_cast<size_t>(sp.Bytes()), s,
-                      args, sp.stages);
+  const unsigned batch = args.blobs != nullptr ? 1 : static_cast<unsigned>(args.batch);
+  return LaunchKernel(kernel, dim3(blocks, slots, batch), kThreads, static_cast<size_t>(sp.Bytes()),
+                      s, args, sp.stages);
 }
 
 // The block shape: 16-row tiles × K slices of 8 warps in all (short rows: four tiles of two
@@ -459,6 +467,8 @@ cudaError_t LaunchAffineMatVecI8(const MatVecArgs& a, cudaStream_t s) {
   if ((reinterpret_cast<uintptr_t>(a.x) & 15u) != 0 || a.cols % 64 != 0 || a.cols > 8192)
     return cudaErrorNotSupported;
   if (a.gateup && a.blobs != nullptr && a.x_stride % 4 != 0) return cudaErrorNotSupported;
+  if (a.batch < 1 || a.batch > 65535 || a.x_per < 1 || (a.blobs != nullptr && a.batch != 1))
+    return cudaErrorNotSupported;
   const int nmat = a.gateup ? 2 : (a.blobs != nullptr ? 1 : static_cast<int>(a.slots));
   if (nmat > 3) return cudaErrorNotSupported;
   const int bits = a.w[0].bits;
