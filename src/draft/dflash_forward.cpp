@@ -202,7 +202,7 @@ void DFlashState::Mlp(int li, const float* x, int64_t b, float* out) {
 // the block's ids × input_embedding_scale, _raw_input_embeddings; not Gemma's ×√hidden), then
 // each Qwen3DFlashDecoderLayer (x += attn(input_layernorm(x)); x += mlp(post_attention_
 // layernorm(x))), then the drafter's own final norm.
-std::vector<float> DFlashState::Block(std::span<const int> ids) {
+std::vector<float> DFlashState::Block(std::span<const int> ids, int64_t pos0) {
   const int64_t b = static_cast<int64_t>(ids.size()), H = c_.hidden;
   CHECK(b >= 1);
   std::vector<float> x(static_cast<size_t>(b * H)), a(x.size()), o(x.size());
@@ -212,7 +212,7 @@ std::vector<float> DFlashState::Block(std::span<const int> ids) {
   }
   if (c_.input_embedding_scale != 1.0)
     cpu::Scale(x.data(), static_cast<float>(c_.input_embedding_scale), b * H);
-  const int64_t pos0 = end_;
+  if (pos0 < end_) pos0 = end_;
   for (int li = 0; li < c_.num_layers; ++li) {
     const DFlashLayer& L = model_.layer(li);
     RmsRows(x.data(), a.data(), b, L.input_ln, c_.rms_norm_eps);
@@ -265,11 +265,11 @@ void DFlashState::Logits(const float* hidden, int64_t rows, std::span<const int>
     cpu::Softcap(out, rows * n, static_cast<float>(c_.final_logit_softcapping));
 }
 
-std::vector<int> DFlashState::Draft(int last, int n, std::span<const int> hot_ids) {
+std::vector<int> DFlashState::Draft(int last, int n, std::span<const int> hot_ids, int64_t pos0) {
   if (n <= 0) return {};
   std::vector<int> block(static_cast<size_t>(n + 1), c_.mask_token_id);
   block[0] = last;
-  const std::vector<float> hidden = Block(block);
+  const std::vector<float> hidden = Block(block, pos0);
   const int64_t H = c_.hidden;
   const int64_t width = hot_ids.empty() ? target_.lm_head.rows : int64_t(hot_ids.size());
   std::vector<float> logits(static_cast<size_t>(n * width));

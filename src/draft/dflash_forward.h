@@ -44,9 +44,10 @@ class DFlashState {
   // a pos0 before it drops the context from pos0 first.
   void AddContext(const float* features, int64_t n, int64_t pos0);
 
-  // Runs the block ids[0..b) at positions context_end().. and returns its final hidden states
-  // (after the drafter's norm), [b][hidden]. The context is unchanged.
-  std::vector<float> Block(std::span<const int> ids);
+  // Runs the block ids[0..b) at positions pos0.. (-1: context_end()) and returns its final
+  // hidden states (after the drafter's norm), [b][hidden]. The context is unchanged. A pos0 past
+  // the context (rows the drafter never got) still drafts, from the context there is.
+  std::vector<float> Block(std::span<const int> ids, int64_t pos0 = -1);
 
   // compute_logits: the target's LM head over `rows` hidden rows, times output_multiplier, then
   // the soft cap. hot_ids empty: every id, out is [rows][vocab]; else only those ids, out is
@@ -56,7 +57,7 @@ class DFlashState {
   // The reference's draft step: the block [last, mask × n], logits of rows 1..n, argmax each
   // (the first on ties; among hot_ids when given). n < block_size in the reference; any n >= 1
   // works here.
-  std::vector<int> Draft(int last, int n, std::span<const int> hot_ids = {});
+  std::vector<int> Draft(int last, int n, std::span<const int> hot_ids = {}, int64_t pos0 = -1);
 
  private:
   // One cached layer: K (after k_norm and RoPE) and V rows, [row][kv_heads][head_dim], for

@@ -30,7 +30,7 @@ class DFlashDrafter final : public Drafter {
   std::vector<int> layers() const override { return model_->config().target_layer_ids; }
   void Context(int64_t pos0, const float* rows, int64_t n) override;
   // Up to min(n, block_size − 1) drafts after context (the timeline's tokens and the last emitted
-  // one); none when the context rows do not reach the last token's position.
+  // one).
   std::vector<int> Propose(std::span<const int> context, int n) override;
 
   // Score only these ids in the drafter's head (empty: the whole vocabulary). Drafts outside the

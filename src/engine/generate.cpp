@@ -227,6 +227,13 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
                       ? o.drafter.get()
                       : nullptr;
   if (feed != nullptr) RW_RETURN_IF_ERROR(t.SetCapture(feed->layers()));
+  // Capturing stops when this generation ends, however it ends.
+  struct StopCapture {
+    TokenTimeline* t;
+    ~StopCapture() {
+      if (t != nullptr) (void)t->SetCapture({});
+    }
+  } stop_capture{feed != nullptr ? &t : nullptr};
 
   // Prefill what the cache does not hold, a chunk (or layer-major span) at a time; the cancel
   // flag is also polled inside an append, so cancellation is prompt.
@@ -328,7 +335,6 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
     keep_going = true;  // the final text is delivered even after a cancel
     emit(tail);
   }
-  if (feed != nullptr) RW_RETURN_IF_ERROR(t.SetCapture({}));
   r.decode_seconds = decode.Seconds();
   return r;
 }
