@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backend/cpu/ops.h"
@@ -226,38 +227,65 @@ std::vector<float> DFlashState::Block(std::span<const int> ids, int64_t pos0) {
   return x;
 }
 
+const WeightView& DFlashState::HotView(std::span<const int> hot_ids) {
+  if (hot_.ids.size() == hot_ids.size() &&
+      std::equal(hot_ids.begin(), hot_ids.end(), hot_.ids.begin()))
+    return hot_.view;
+  const WeightView& w = target_.lm_head;
+  const int64_t n = static_cast<int64_t>(hot_ids.size());
+  hot_.ids.assign(hot_ids.begin(), hot_ids.end());
+  // Bytes per row of each part, as the kernels index them.
+  int64_t data_row = 0, group_row = 0;
+  switch (w.type) {
+    case WeightType::kF32:
+      data_row = w.cols * 4;
+      break;
+    case WeightType::kBf16:
+      data_row = w.cols * 2;
+      break;
+    case WeightType::kAffine:
+      data_row = w.RowWords() * 4;
+      group_row = w.RowGroups() * 2;
+      break;
+  }
+  hot_.data.resize(static_cast<size_t>(n * data_row));
+  hot_.scales.resize(static_cast<size_t>(n * group_row));
+  hot_.biases.resize(static_cast<size_t>(n * group_row));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = hot_ids[static_cast<size_t>(i)];
+    CHECK(id >= 0 && id < w.rows);
+    std::memcpy(&hot_.data[i * data_row], static_cast<const uint8_t*>(w.data) + id * data_row,
+                static_cast<size_t>(data_row));
+    if (group_row > 0) {
+      std::memcpy(&hot_.scales[i * group_row],
+                  reinterpret_cast<const uint8_t*>(w.scales) + id * group_row,
+                  static_cast<size_t>(group_row));
+      std::memcpy(&hot_.biases[i * group_row],
+                  reinterpret_cast<const uint8_t*>(w.biases) + id * group_row,
+                  static_cast<size_t>(group_row));
+    }
+  }
+  hot_.view = w;
+  hot_.view.rows = n;
+  hot_.view.data = hot_.data.data();
+  if (group_row > 0) {
+    hot_.view.scales = reinterpret_cast<const uint16_t*>(hot_.scales.data());
+    hot_.view.biases = reinterpret_cast<const uint16_t*>(hot_.biases.data());
+  }
+  return hot_.view;
+}
+
 // compute_logits: output_head(hidden) (the target's lm_head: no final norm of the target's, the
 // drafter's norm came last in Block), × output_multiplier, then cap · tanh(logits / cap).
 void DFlashState::Logits(const float* hidden, int64_t rows, std::span<const int> hot_ids,
                          float* out) {
   const WeightView& head = target_.lm_head;
-  const int64_t H = c_.hidden;
   int64_t n = head.rows;
   if (hot_ids.empty()) {
     cpu::Linear(head, hidden, rows, out, pool_);
   } else {
     n = static_cast<int64_t>(hot_ids.size());
-    // Runs of consecutive ids go to the kernel as one row range.
-    std::vector<std::pair<int64_t, int64_t>> runs;  // (index into hot_ids, length)
-    for (int64_t i = 0; i < n;) {
-      int64_t j = i + 1;
-      while (j < n && hot_ids[j] == hot_ids[j - 1] + 1) ++j;
-      runs.push_back({i, j - i});
-      i = j;
-    }
-    ParallelOrInline(pool_, runs.size(), [&](size_t begin, size_t end) {
-      std::vector<float> y;
-      for (size_t r = begin; r < end; ++r) {
-        const auto [i0, len] = runs[r];
-        const int64_t id0 = hot_ids[i0];
-        CHECK(id0 >= 0 && id0 + len <= head.rows);
-        y.resize(static_cast<size_t>(len));
-        for (int64_t row = 0; row < rows; ++row) {
-          cpu::MatVecRows(head, hidden + row * H, y.data(), id0, id0 + len, nullptr);
-          std::copy(y.begin(), y.end(), out + row * n + i0);
-        }
-      }
-    });
+    cpu::Linear(HotView(hot_ids), hidden, rows, out, pool_);
   }
   if (c_.output_multiplier != 1.0)
     cpu::Scale(out, static_cast<float>(c_.output_multiplier), rows * n);

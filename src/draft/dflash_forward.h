@@ -51,7 +51,8 @@ class DFlashState {
 
   // compute_logits: the target's LM head over `rows` hidden rows, times output_multiplier, then
   // the soft cap. hot_ids empty: every id, out is [rows][vocab]; else only those ids, out is
-  // [rows][hot_ids.size()] in hot_ids' order.
+  // [rows][hot_ids.size()] in hot_ids' order (their head rows are gathered into one matrix the
+  // first time a list is seen, then reused while the list stays the same).
   void Logits(const float* hidden, int64_t rows, std::span<const int> hot_ids, float* out);
 
   // The reference's draft step: the block [last, mask × n], logits of rows 1..n, argmax each
@@ -77,7 +78,17 @@ class DFlashState {
   // Keeps a sliding layer's cache to its window (plus slack for later rewinds).
   void TrimSliding(int li);
 
+  // The LM head's rows of the last hot list, gathered into one matrix (as stored: quantized
+  // rows are copied, not widened), so the hot head is one batched product.
+  struct HotHead {
+    std::vector<int> ids;
+    std::vector<uint8_t> data, scales, biases;
+    WeightView view;
+  };
+  const WeightView& HotView(std::span<const int> hot_ids);
+
   const DFlashModel& model_;
+  HotHead hot_;
   const DFlashConfig& c_;
   DFlashTarget target_;
   ThreadPool* pool_;

@@ -82,8 +82,8 @@ class OracleDrafter final : public Drafter {
 // engine's model loads it: MakeDFlashDrafter in engine/drafter_dflash.h).
 struct DrafterSpec {
   enum class Kind { kOff, kNgram, kOracle, kDFlash } kind = Kind::kOff;
-  double p = 0;      // oracle: the chance that each drafted token is the target's own
-  std::string path;  // dflash: the drafter directory
+  double p = 0;        // oracle: the chance that each drafted token is the target's own
+  std::string path{};  // dflash: the drafter directory
 };
 Result<DrafterSpec> ParseDrafterSpec(const std::string& text);
 
