@@ -24,6 +24,7 @@
 #include "base/file.h"
 #include "base/timer.h"
 #include "base/trace.h"
+#include "engine/drafter_dflash.h"
 #include "engine/generate.h"
 #include "experts/memory_plan.h"
 #include "sample/sampler.h"
@@ -429,6 +430,9 @@ Status RunWarmup(const Engine& engine, const BenchOptions& o, int64_t prompt_tok
 Status RunSpeculation(const Engine& engine, const BenchOptions& o, const std::vector<int>& prompt,
                       BenchCase* c) {
   std::shared_ptr<Drafter> drafter = MakeDrafter(o.drafter, c->generated, o.seed);
+  if (o.drafter.kind == DrafterSpec::Kind::kDFlash) {
+    RW_ASSIGN_OR_RETURN(drafter, MakeDFlashDrafter(o.drafter.path, engine));
+  }
   SpeculationRun s;
   s.drafter = drafter->name();
   s.simulated = o.drafter.kind == DrafterSpec::Kind::kOracle;

@@ -3,13 +3,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
+#include "base/file.h"
 #include "base/timer.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/test_hooks.h"
+#include "install/drafter_install.h"
 #include "install/installer.h"
 
 namespace rw::cli {
@@ -86,6 +89,57 @@ class ProgressLine {
   Stopwatch clock_;
 };
 
+// A DFlash drafter repository: fetched, checked and converted into a drafter directory
+// (install/drafter_install.h); <model>/drafter with --model, where `redwing run` finds it.
+int InstallDrafter(const Flags& flags) {
+  DrafterInstallOptions o;
+  o.repo_id = flags.positional(0);
+  o.out_dir = flags.GetString("output");
+  if (o.out_dir.empty() && !flags.GetString("model").empty())
+    o.out_dir = JoinPath(flags.GetString("model"), "drafter");
+  if (o.out_dir.empty())
+    return ReportError("install", Status(ErrorCode::kInvalidArgument,
+                                         "a drafter needs --model <model dir> (it goes to "
+                                         "<model>/drafter) or --output <dir>"));
+  o.revision = flags.GetString("revision");
+  o.quantize = flags.IsSet("quantize") ? flags.GetString("quantize") : "q4";
+  o.stall_timeout_s = static_cast<int>(flags.GetInt("stall-timeout"));
+  o.max_attempts = static_cast<int>(flags.GetInt("retries"));
+  if (o.stall_timeout_s < 1 || o.max_attempts < 1)
+    return ReportError("install", Status(ErrorCode::kInvalidArgument,
+                                         "--stall-timeout and --retries must be at least 1"));
+  auto seg = ParseByteSize(flags.GetString("segment-size"), "--segment-size");
+  if (!seg.ok()) return ReportError("install", seg.status());
+  o.segment_bytes = std::max<uint64_t>(*seg, 1);
+  o.resume = flags.GetBool("resume");
+  o.discard_partial = flags.GetBool("discard-partial");
+  o.overwrite = flags.GetBool("force");
+  o.cancel = &g_interrupted;
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  ProgressLine progress(flags.GetBool("quiet"), flags.GetDouble("progress-interval"));
+  InstallCallbacks cb;
+  cb.log = [&](const std::string& line) { progress.Log(line); };
+  cb.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
+  auto r = InstallDrafterFromHub(o, cb);
+  progress.EndLine();
+  if (!r.ok()) {
+    if (r.status().code() == ErrorCode::kCancelled) {
+      std::fprintf(stderr, "redwing install: %s\n", r.status().message().c_str());
+      return 130;
+    }
+    return ReportError("install", r.status());
+  }
+  if (!flags.GetBool("quiet"))
+    std::fprintf(stderr, "done: drafter %s (%s) from %s@%s in %.1f s: fetched %s\n",
+                 o.out_dir.c_str(), o.quantize.c_str(), o.repo_id.c_str(),
+                 r->commit.substr(0, 12).c_str(), r->seconds, Bytes(r->fetched_bytes).c_str());
+  return 0;
+}
+
 int Install(const Args& args) {
   Flags flags(
       "install",
@@ -118,10 +172,21 @@ int Install(const Args& args) {
   flags.Bool("discard-partial", "remove an interrupted install of the same output and start over");
   flags.Bool("force", "replace an existing model directory (only once the new one is complete)");
   flags.Bool("quiet", "print only errors");
+  flags.Bool("drafter",
+             "the repository is a DFlash drafter (implied by a repository name containing "
+             "DFlash): converted into a drafter directory, quantized q4 unless --quantize says");
+  flags.String("model", "", "drafter: the model directory; the drafter goes to <model>/drafter");
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("install", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);
     return 0;
+  }
+  if (flags.GetBool("drafter") ||
+      (flags.positional_count() > 0 && LooksLikeDrafterRepo(flags.positional(0)))) {
+    if (flags.positional_count() == 0)
+      return ReportError("install", Status(ErrorCode::kInvalidArgument,
+                                           "--drafter needs the drafter's repository id"));
+    return InstallDrafter(flags);
   }
   InstallOptions o;
   if (flags.positional_count() > 0) o.repo_id = flags.positional(0);

@@ -15,6 +15,7 @@
 #include "cli/flags.h"
 #include "cli/generation_flags.h"
 #include "engine/conversation.h"
+#include "engine/drafter_dflash.h"
 #include "engine/generate.h"
 
 namespace rw::cli {
@@ -106,7 +107,8 @@ int Run(const Args& args) {
     return ReportError("run", st);
   gen->drafter = MakeDrafter(drafter);
   const std::string log_path = flags.GetString("speculation-log");
-  if (!log_path.empty() && gen->drafter == nullptr)
+  if (!log_path.empty() && gen->drafter == nullptr && drafter.kind == DrafterSpec::Kind::kOff &&
+      (flags.IsSet("drafter") || DefaultDrafterDir(flags.GetString("model")).empty()))
     return ReportError(
         "run", Status(ErrorCode::kInvalidArgument, "--speculation-log needs a --drafter (ngram)"));
   Json messages, tools;
@@ -133,6 +135,19 @@ int Run(const Args& args) {
   auto engine_or = Engine::Load(*opt);
   if (!engine_or.ok()) return ReportError("run", engine_or.status());
   std::shared_ptr<Engine> engine = *engine_or;
+  // A DFlash drafter: --drafter <dir>, else <model>/drafter when there is one (--drafter off
+  // turns it off). Without --draft-tokens it drafts a whole block (block_size − 1 tokens).
+  if (std::string dir = drafter.kind == DrafterSpec::Kind::kDFlash ? drafter.path
+                        : flags.IsSet("drafter")                   ? std::string()
+                                                 : DefaultDrafterDir(opt->model_dir);
+      !dir.empty()) {
+    auto d = MakeDFlashDrafter(dir, *engine);
+    if (!d.ok())
+      return ReportError("run", Status(d.status().code(), "--drafter " + d.status().message()));
+    if (!flags.IsSet("draft-tokens"))
+      gen->draft_tokens = (*d)->state().model().config().block_size - 1;
+    gen->drafter = *d;
+  }
   const Tokenizer* tok = engine->tokenizer();
   if (tok == nullptr && !flags.IsSet("prompt-ids"))
     return ReportError("run", engine->text_status());

@@ -6,7 +6,9 @@
 #include "base/timer.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "format/model_dir.h"
 #include "install/synth.h"
+#include "install/synth_drafter.h"
 
 namespace rw::cli {
 namespace {
@@ -15,11 +17,52 @@ std::string Gib(double b) {
   return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
 }
 
+// --drafter: a random DFlash drafter for a target model directory or a named geometry.
+int SynthDrafter(const Flags& flags) {
+  auto usage = [](const std::string& m) {
+    return ReportError("synth", Status(ErrorCode::kInvalidArgument, m));
+  };
+  if (flags.GetString("out").empty()) return usage("--out is required");
+  if (!flags.IsSet("seed") || flags.GetInt("seed") < 0)
+    return usage("--seed is required (non-negative)");
+  ModelConfig target;
+  if (!flags.GetString("target").empty()) {
+    auto dir = ModelDir::Open(flags.GetString("target"));
+    if (!dir.ok()) return ReportError("synth", dir.status());
+    target = dir->config();
+  } else if (!flags.GetString("geometry").empty()) {
+    auto g = SynthGeometry(flags.GetString("geometry"));
+    if (!g.ok()) return ReportError("synth", g.status());
+    target = *g;
+  } else {
+    return usage("--drafter needs --target <model dir> or --geometry");
+  }
+  DrafterSynthOptions o;
+  o.seed = static_cast<uint64_t>(flags.GetInt("seed"));
+  o.out_dir = flags.GetString("out");
+  o.format = flags.GetString("format") == "model" ? "drafter" : flags.GetString("format");
+  o.quantize = flags.GetString("quantize");
+  o.overwrite = flags.GetBool("force");
+  o.real_shape = flags.GetBool("real-shape");
+  o.sliding_window = flags.GetInt("sliding-window");
+  if (o.sliding_window < 0) return usage("--sliding-window must be >= 0");
+  Stopwatch sw;
+  if (Status st = SynthesizeDrafter(target, o); !st.ok()) return ReportError("synth", st);
+  if (!flags.GetBool("quiet"))
+    std::fprintf(stderr, "synth: wrote drafter %s (%s, %s) in %.1f s\n", o.out_dir.c_str(),
+                 o.format.c_str(), o.quantize.c_str(), sw.Seconds());
+  return 0;
+}
+
 int Synth(const Args& args) {
-  Flags flags("synth",
-              "redwing synth --geometry <tiny|small|gemma4-26b-a4b> --seed N --out <dir> "
-              "[--format model|hf|mlx] [--routing-skew s] [--tokenizer <dir>] [--force]",
-              "Writes a random-weight Gemma 4 model; the same seed gives byte-identical files.");
+  Flags flags(
+      "synth",
+      "redwing synth --geometry <tiny|small|gemma4-26b-a4b> --seed N --out <dir> "
+      "[--format model|hf|mlx] [--routing-skew s] [--tokenizer <dir>] [--force]\n"
+      "       redwing synth --drafter (--target <model> | --geometry G) --seed N --out <dir> "
+      "[--format model|hf] [--quantize q4|q8|keep] [--real-shape]",
+      "Writes a random-weight Gemma 4 model, or with --drafter a random DFlash drafter "
+      "for a target; the same seed gives byte-identical files.");
   flags.String("geometry", "", "tiny, small or gemma4-26b-a4b (the exact full-size geometry)");
   flags.Int("seed", 0, "random seed (values depend only on the seed and tensor names)");
   flags.String("out", "", "output directory");
@@ -33,6 +76,13 @@ int Synth(const Args& args) {
   flags.Int("threads", 0, "generation threads (0: REDWING_THREADS or all cores)");
   flags.Bool("force", "replace an existing output directory");
   flags.Bool("quiet", "print only errors");
+  flags.Bool("drafter",
+             "write a random DFlash drafter (the published structure scaled to the target)");
+  flags.String("target", "", "--drafter: the target model directory (else --geometry's config)");
+  flags.String("quantize", "q4", "--drafter: linear weights q4, q8 or keep (bf16)");
+  flags.Bool("real-shape",
+             "--drafter: the published drafter's heads and sizes (hidden: the target's)");
+  flags.Int("sliding-window", 0, "--drafter: the sliding layers' window (0: the target's)");
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("synth", st);
   if (flags.help_requested()) {
     std::fputs(flags.HelpText().c_str(), stdout);
@@ -41,6 +91,7 @@ int Synth(const Args& args) {
   auto usage = [](const std::string& m) {
     return ReportError("synth", Status(ErrorCode::kInvalidArgument, m));
   };
+  if (flags.GetBool("drafter")) return SynthDrafter(flags);
   if (flags.GetString("geometry").empty())
     return usage("--geometry is required (tiny, small, gemma4-26b-a4b)");
   if (flags.GetString("out").empty()) return usage("--out is required");

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "base/file.h"
+
 namespace rw {
 
 NgramDrafter::NgramDrafter(int max_ngram, int min_ngram)
@@ -80,7 +82,15 @@ Result<DrafterSpec> ParseDrafterSpec(const std::string& text) {
     s.p = p;
     return s;
   }
-  return Error(ErrorCode::kInvalidArgument, "drafter must be ngram, oracle:P or off, not '{}'",
+  // Anything else names a DFlash drafter directory.
+  if (IsDirectory(text)) {
+    s.kind = DrafterSpec::Kind::kDFlash;
+    s.path = text;
+    return s;
+  }
+  return Error(ErrorCode::kInvalidArgument,
+               "drafter must be ngram, oracle:P, off or a drafter directory, not '{}' (no such "
+               "directory)",
                text);
 }
 
@@ -93,6 +103,8 @@ std::shared_ptr<Drafter> MakeDrafter(const DrafterSpec& spec, std::vector<int> c
       return std::make_shared<NgramDrafter>();
     case DrafterSpec::Kind::kOracle:
       return std::make_shared<OracleDrafter>(std::move(continuation), spec.p, seed);
+    case DrafterSpec::Kind::kDFlash:
+      return nullptr;
   }
   return nullptr;
 }

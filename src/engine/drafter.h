@@ -28,6 +28,17 @@ class Drafter {
     (void)drafted;
     (void)accepted;
   }
+  // Target layers whose hidden states (the residual after each) the drafter reads; empty: none.
+  // Generate captures them while it drafts and hands every kept position's rows to Context.
+  virtual std::vector<int> layers() const { return {}; }
+  // The captured rows of positions pos0..pos0+n−1, now part of the timeline: [n][layers][hidden]
+  // (HiddenCapture's layout). Called after each prefill chunk, decode step and verify (for a
+  // verify, the rows of the last token and the accepted drafts only).
+  virtual void Context(int64_t pos0, const float* rows, int64_t n) {
+    (void)pos0;
+    (void)rows;
+    (void)n;
+  }
 };
 
 // Prompt lookup: the most recent earlier occurrence of the context's last m tokens, for m from
@@ -66,15 +77,18 @@ class OracleDrafter final : public Drafter {
   size_t prompt_size_ = 0;
 };
 
-// What --drafter names: "off" (null), "ngram", or "oracle:P" with 0 <= P <= 1 (an oracle needs
-// a recorded continuation: MakeDrafter takes it).
+// What --drafter names: "off" (null), "ngram", "oracle:P" with 0 <= P <= 1 (an oracle needs
+// a recorded continuation: MakeDrafter takes it), or a DFlash drafter directory (a path; the
+// engine's model loads it: MakeDFlashDrafter in engine/drafter_dflash.h).
 struct DrafterSpec {
-  enum class Kind { kOff, kNgram, kOracle } kind = Kind::kOff;
-  double p = 0;  // oracle: the chance that each drafted token is the target's own
+  enum class Kind { kOff, kNgram, kOracle, kDFlash } kind = Kind::kOff;
+  double p = 0;        // oracle: the chance that each drafted token is the target's own
+  std::string path{};  // dflash: the drafter directory
 };
 Result<DrafterSpec> ParseDrafterSpec(const std::string& text);
 
-// The drafter a spec names (null for off); an oracle proposes `continuation`.
+// The drafter a spec names (null for off, and for dflash, which needs the target: see
+// MakeDFlashDrafter); an oracle proposes `continuation`.
 std::shared_ptr<Drafter> MakeDrafter(const DrafterSpec& spec, std::vector<int> continuation = {},
                                      uint64_t seed = 0);
 

@@ -14,6 +14,12 @@ Result<std::vector<float>> SessionTimeline::Append(std::span<const int> ids,
   return s_.Prefill(ids, /*all_logits=*/false, cancel);
 }
 
+Status SessionTimeline::SetCapture(std::vector<int> layers) {
+  if (s_.backend() == nullptr)
+    return Error(ErrorCode::kUnsupported, "the session has no forward pass to capture from");
+  return s_.backend()->SetCapture(std::move(layers));
+}
+
 namespace {
 // Sampler::Sample on the logits after the last token, at the next position.
 int SampleNext(Sampler& sampler, std::span<const float> logits, const std::vector<int>& ctx) {
@@ -105,6 +111,19 @@ bool Cancelled(const GenerateCallbacks& cb) {
   return cb.cancel != nullptr && cb.cancel->load(std::memory_order_relaxed);
 }
 
+// Hands a drafter that reads hidden states the captured rows of the first `keep` tokens of the
+// last call (m tokens from position pos0). When the timeline split the call, only its last part
+// was captured: the drafter gets what there is (it restarts its context at a gap).
+void FeedDrafter(const TokenTimeline& t, Drafter* d, int64_t pos0, int64_t m, int64_t keep) {
+  if (d == nullptr || d->layers().empty()) return;
+  const HiddenCapture* c = t.capture();
+  if (c == nullptr || c->tokens <= 0 || c->tokens > m) return;
+  const int64_t first = m - c->tokens;  // the call's token at capture row 0
+  const int64_t n = keep - first;
+  if (n <= 0) return;
+  d->Context(pos0 + first, c->rows.data(), n);
+}
+
 // One speculative step after the last emitted token (r.ids.back(), not yet in the timeline):
 // verify it and up to k drafts in one call, then put in `out` the tokens plain decoding would
 // emit next, as far as the drafts let us see: the accepted drafts and the target's own token
@@ -130,7 +149,9 @@ Status SpeculateStep(TokenTimeline& t, Sampler& sampler, const GenerateOptions& 
     if (static_cast<int64_t>(drafts.size()) > k) drafts.resize(static_cast<size_t>(k));
   }
   if (drafts.empty()) {  // nothing to verify: a plain step (on the GPU, its device draw)
+    const int64_t at = static_cast<int64_t>(t.tokens().size());
     RW_ASSIGN_OR_RETURN(int next, t.DecodeAndSample(last, sampler));
+    FeedDrafter(t, o.drafter.get(), at, 1, 1);
     out->push_back(next);
     ++r.decoded_tokens;
     return Status::Ok();
@@ -175,6 +196,7 @@ Status SpeculateStep(TokenTimeline& t, Sampler& sampler, const GenerateOptions& 
     break;  // the target's own token at the first mismatch, or after the last draft
   }
   const int64_t keep = base + 1 + accepted;
+  FeedDrafter(t, o.drafter.get(), base, static_cast<int64_t>(block.size()), 1 + accepted);
   if (keep < static_cast<int64_t>(ctx.size())) {
     if (!t.CanRewind(keep))
       return Error(ErrorCode::kInternal,
@@ -228,6 +250,19 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
     t.Reset();
   }
 
+  // A drafter that reads hidden states gets them for every position run from here on.
+  Drafter* feed = o.drafter != nullptr && o.draft_tokens > 0 && !o.drafter->layers().empty()
+                      ? o.drafter.get()
+                      : nullptr;
+  if (feed != nullptr) RW_RETURN_IF_ERROR(t.SetCapture(feed->layers()));
+  // Capturing stops when this generation ends, however it ends.
+  struct StopCapture {
+    TokenTimeline* t;
+    ~StopCapture() {
+      if (t != nullptr) (void)t->SetCapture({});
+    }
+  } stop_capture{feed != nullptr ? &t : nullptr};
+
   // Prefill what the cache does not hold, a chunk (or layer-major span) at a time; the cancel
   // flag is also polled inside an append, so cancellation is prompt.
   std::vector<float> logits;
@@ -243,6 +278,8 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
       return r;
     }
     RW_ASSIGN_OR_RETURN(logits, std::move(appended));
+    const int64_t m = std::min(chunk, n - i);
+    FeedDrafter(t, feed, i, m, m);
   }
   r.prefill_seconds = total.Seconds();
 

@@ -51,6 +51,14 @@ class TokenTimeline {
   virtual void Reset() = 0;
   virtual int64_t max_context() const = 0;
   virtual int64_t chunk() const = 0;  // most tokens per Append during prefill
+  // For drafters that read hidden states: record the residual after `layers` for every token of
+  // each call from now on (empty: stop); capture() holds the last call's rows (null: a timeline
+  // without a forward pass, which cannot capture).
+  virtual Status SetCapture(std::vector<int> layers) {
+    (void)layers;
+    return Error(ErrorCode::kUnsupported, "this timeline cannot capture hidden states");
+  }
+  virtual const HiddenCapture* capture() const { return nullptr; }
 };
 
 // A Session seen as a TokenTimeline.
@@ -76,6 +84,10 @@ class SessionTimeline final : public TokenTimeline {
   // A layer-major span where the engine runs one (its experts are read once per span).
   int64_t chunk() const override {
     return std::max(s_.engine().prefill_chunk(), s_.engine().prefill_span());
+  }
+  Status SetCapture(std::vector<int> layers) override;
+  const HiddenCapture* capture() const override {
+    return s_.backend() != nullptr ? &s_.backend()->capture() : nullptr;
   }
 
  private:

@@ -110,7 +110,7 @@ TEST(SpeculativeCli, SpeculationLogHasOneJsonLinePerVerifyStep) {
 TEST(SpeculativeCli, BadSpeculationFlagsAreClearErrors) {
   REQUIRE_GEMMA_TINY_MODEL();
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {" --drafter dflash", "--drafter: drafter must be ngram, oracle:P or off"},
+      {" --drafter dflash", "--drafter: drafter must be ngram, oracle:P, off or a drafter directory"},
       {" --drafter oracle:0.8", "redwing bench"},
       {" --drafter ngram --draft-tokens 99", "--draft-tokens must be in 0..64"},
       {" --draft-tokens 4", "--draft-tokens needs a --drafter"},

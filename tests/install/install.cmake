@@ -7,3 +7,6 @@ redwing_test(install_hub_test SOURCES install_hub_test.cpp LIBS redwing_convert_
 redwing_test(install_slow_test SOURCES install_hub_test.cpp LIBS redwing_convert_fixture
   LABELS slow)
 target_compile_definitions(install_slow_test PRIVATE REDWING_INSTALL_SLOW=1)
+# A DFlash drafter from the fake hub: equal to a local conversion, faults, --resume, the CLI.
+redwing_test(drafter_install_test SOURCES drafter_install_test.cpp LIBS redwing_install
+  LABELS integration)
