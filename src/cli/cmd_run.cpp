@@ -184,8 +184,10 @@ int Run(const Args& args) {
           "run", Status(ErrorCode::kIo,
                         fmt::format("--speculation-log {}: {}", log_path, std::strerror(errno))));
     cb.on_speculation = [&](const SpeculationStep& st) {
-      const Json line = {
-          {"position", st.position}, {"drafted", st.drafted}, {"accepted", st.accepted}};
+      const Json line = {{"position", st.position},
+                         {"drafted", st.drafted},
+                         {"accepted", st.accepted},
+                         {"k", st.chosen}};
       std::fprintf(log.get(), "%s\n", line.dump().c_str());
     };
   }

@@ -87,13 +87,15 @@ TEST(SpeculativeCli, SpeculationLogHasOneJsonLinePerVerifyStep) {
   while (std::getline(lines, line)) {
     auto j = ParseJson(line, "speculation log");
     ASSERT_TRUE(j.ok()) << line;
-    ASSERT_TRUE(j->is_object() && j->size() == 3) << line;
+    ASSERT_TRUE(j->is_object() && j->size() == 4) << line;
     const int64_t pos = (*j)["position"].get<int64_t>();
     const auto drafted = (*j)["drafted"].get<std::vector<int>>();
     const int acc = (*j)["accepted"].get<int>();
+    const int k = (*j)["k"].get<int>();  // the policy's choice (--draft-tokens auto)
     EXPECT_GT(pos, last) << line;
     EXPECT_FALSE(drafted.empty()) << line;
-    EXPECT_LE(drafted.size(), 8u) << line;  // --draft-tokens defaults to 8
+    EXPECT_LE(drafted.size(), static_cast<size_t>(k)) << line;
+    EXPECT_LE(k, 15) << line;
     EXPECT_GE(acc, 0);
     EXPECT_LE(acc, static_cast<int>(drafted.size())) << line;
     last = pos;
@@ -112,7 +114,8 @@ TEST(SpeculativeCli, BadSpeculationFlagsAreClearErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {" --drafter dflash", "--drafter: drafter must be ngram, oracle:P or off"},
       {" --drafter oracle:0.8", "redwing bench"},
-      {" --drafter ngram --draft-tokens 99", "--draft-tokens must be in 0..64"},
+      {" --drafter ngram --draft-tokens 99", "--draft-tokens must be auto or in 0..64"},
+      {" --drafter ngram --draft-tokens some", "--draft-tokens must be auto or in 0..64"},
       {" --draft-tokens 4", "--draft-tokens needs a --drafter"},
       {" --speculation-log x.jsonl", "--speculation-log needs a --drafter"},
   };
