@@ -126,5 +126,36 @@ TEST(SpeculativeCli, BadSpeculationFlagsAreClearErrors) {
   }
 }
 
+// `redwing chat --drafter ngram` answers as `redwing chat` without it, turn after turn (the
+// policy is kept across turns), and its stats lines report the speculation.
+TEST(SpeculativeCli, ChatWithTheDrafterAnswersAsWithout) {
+  REQUIRE_GEMMA_TINY_MODEL();
+  auto chat = [](const std::string& extra) {
+    int rc = 0;
+    const std::string out = test::ShellOut(
+        "printf 'the red wing flew over the red wing flew over the red wing\\nand again the red "
+        "wing\\n/exit\\n' | " +
+            std::string(REDWING_BINARY) + " chat --model '" +
+            test::SharedGemmaTinyModel().model_dir +
+            "' --temperature 0 --max-new 24 --repetition-penalty 0.3" + extra + " 2>&1",
+        &rc);
+    EXPECT_EQ(rc, 0) << out;
+    return out;
+  };
+  const std::string plain = chat("");
+  const std::string spec = chat(" --drafter ngram");
+  // The answers: every line but the stats lines (which carry timings).
+  auto answers = [](const std::string& out) {
+    std::string a;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("prompt ") == std::string::npos) a += line + "\n";
+    return a;
+  };
+  EXPECT_EQ(answers(spec), answers(plain)) << spec;
+  EXPECT_NE(spec.find("speculation (ngram, auto)"), std::string::npos) << spec;
+  EXPECT_EQ(plain.find("speculation"), std::string::npos) << plain;
+}
+
 }  // namespace
 }  // namespace rw
