@@ -68,8 +68,9 @@ int Run(const Args& args) {
   AddSpeculationFlags(flags);
   flags.String("speculation-log", "",
                "with --drafter: write one JSON line per verify step to this file: "
-               "{\"position\": P, \"drafted\": [ids], \"accepted\": N} (P: the position of "
-               "the first drafted token)");
+               "{\"position\": P, \"drafted\": [ids], \"accepted\": N, \"k\": K} (P: the "
+               "position of the first drafted token; K: the drafts asked for, the auto policy's "
+               "choice)");
   flags.Bool("print-ids", "print the generated ids (space-separated, one line) instead of text");
   flags.Bool("print-prompt-ids", "print the prompt's ids (a JSON array) on the first line");
   flags.Bool("quiet", "no statistics or thinking on stderr");
