@@ -195,7 +195,7 @@ struct VerifyCostTable {
   int64_t prompt_tokens = 0;  // the context the verifies ran after
   int reps = 0;
   double decode_ms = 0;          // t(0): a plain decode step (Session::Decode) at the same position
-  std::vector<VerifyCost> rows;  // k = 1..16 (fewer when the prefill chunk is smaller)
+  std::vector<VerifyCost> rows;  // k = 1..16 (fewer when the prefill chunk or context is smaller)
   std::string note;              // why experts are not counted, when they are not
 };
 

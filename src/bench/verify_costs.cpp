@@ -37,13 +37,15 @@ Result<VerifyCostTable> MeasureVerifyCosts(const Engine& engine, int64_t prompt_
                                            uint64_t seed, int max_k) {
   if (reps < 1) return Error(ErrorCode::kInvalidArgument, "verify costs: reps must be >= 1");
   const ModelConfig& cfg = engine.config();
-  // A verify holds at most one prefill chunk; the table stops there.
-  max_k = static_cast<int>(std::min<int64_t>(max_k, engine.prefill_chunk()));
-  if (prompt_tokens < 1 || prompt_tokens + max_k > engine.max_context())
+  // A verify holds at most one prefill chunk, and the context what is left after the prompt;
+  // the table stops there.
+  max_k = static_cast<int>(
+      std::min<int64_t>({max_k, engine.prefill_chunk(), engine.max_context() - prompt_tokens}));
+  if (prompt_tokens < 1 || max_k < 1)
     return Error(ErrorCode::kOutOfRange,
-                 "verify costs: a {}-token prompt and {} verified tokens do not fit the {}-token "
+                 "verify costs: a {}-token prompt leaves no room for a verify in the {}-token "
                  "context",
-                 prompt_tokens, max_k, engine.max_context());
+                 prompt_tokens, engine.max_context());
   TraceScope scope("verify costs", "bench", "prompt_tokens", prompt_tokens);
   VerifyCostTable table;
   table.prompt_tokens = prompt_tokens;
