@@ -461,11 +461,11 @@ Status RunSpeculation(const Engine& engine, const BenchOptions& o, const std::ve
   s.verify_calls = r.verify_calls;
   s.drafted_at = r.drafted_at;
   s.accepted_at = r.accepted_at;
-  Progress(o, fmt::format("{}: speculative decode ({}{}, up to {}) {:.2f} tok/s vs {:.2f} plain, "
+  Progress(o, fmt::format("{}: speculative decode ({}{}, {}) {:.2f} tok/s vs {:.2f} plain, "
                           "{:.2f} accepted per verify call{}",
                           c->name, s.drafter, s.simulated ? ": simulated acceptance" : "",
-                          s.draft_tokens, s.tok_s(), s.plain_tok_s(), s.mean_accepted(),
-                          s.identical ? "" : "; NOT the plain run's tokens"));
+                          DraftTokensText(s.draft_tokens), s.tok_s(), s.plain_tok_s(),
+                          s.mean_accepted(), s.identical ? "" : "; NOT the plain run's tokens"));
   c->speculation = std::move(s);
   return Status::Ok();
 }
@@ -588,7 +588,7 @@ Status RunCase(const Engine& engine, const BenchOptions& o, int64_t prompt_token
     Progress(
         o, fmt::format("{}: decode {} tokens in {:.2f} s ({:.2f} tok/s), {} distinct ids", c.name,
                        o.decode_tokens, c.decode.seconds, c.decode.tok_s(), c.distinct_generated));
-  if (o.drafter.kind != DrafterSpec::Kind::kOff && o.draft_tokens > 0 && o.decode_tokens > 0)
+  if (o.drafter.kind != DrafterSpec::Kind::kOff && o.draft_tokens != 0 && o.decode_tokens > 0)
     RW_RETURN_IF_ERROR(RunSpeculation(engine, o, prompt, &c));
   return Status::Ok();
 }
@@ -728,6 +728,16 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
     Status st = RunCase(*engine, o, p, mem, &c);
     if (!st.ok()) return st.Annotate(fmt::format("bench case prompt{}", p));
     rep.cases.push_back(std::move(c));
+  }
+  if (o.verify_costs || o.drafter.kind != DrafterSpec::Kind::kOff) {
+    Result<VerifyCostTable> t =
+        MeasureVerifyCosts(*engine, o.prompt_tokens.front(), o.verify_cost_reps, o.seed);
+    if (!t.ok()) return t.status().Annotate("bench verify costs");
+    std::string line;
+    for (const VerifyCost& v : t->rows) line += fmt::format(" {}:{:.1f}", v.k, v.ms);
+    Progress(o, fmt::format("verify costs (ms, k tokens per call; decode step {:.1f}):{}",
+                            t->decode_ms, line));
+    rep.verify_costs = std::move(*t);
   }
   return rep;
 }

@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "bench/disk_probe.h"
 #include "bench/memory_probe.h"
+#include "engine/draft_policy.h"
 #include "engine/drafter.h"
 #include "engine/engine.h"
 
@@ -103,7 +104,11 @@ struct BenchOptions {
   // sampled stream again through Generate with this drafter and up to draft_tokens drafts per
   // verify step. An oracle drafts the plain run's own stream (simulated acceptance).
   DrafterSpec drafter;
-  int draft_tokens = 8;
+  int draft_tokens = 8;  // kDraftTokensAuto: the policy chooses each step
+  // The verify cost table (MeasureVerifyCosts) after the cases: off by default (it adds ~3 x 17
+  // forward calls); --verify-costs, or any --drafter, turns it on.
+  bool verify_costs = false;
+  int verify_cost_reps = 3;  // repetitions per k (the median is reported)
   // Progress lines (e.g. "prompt 3000: prefill done, 12.3 tok/s"); may be empty.
   std::function<void(const std::string&)> progress;
 };
@@ -129,6 +134,9 @@ struct MemoryStats {
   CgroupMemory cgroup;               // at the end of the case
   uint64_t cgroup_peak_sampled = 0;  // max memory cgroup usage seen during the case
 };
+
+// "auto" for kDraftTokensAuto, else "up to N".
+std::string DraftTokensText(int draft_tokens);
 
 // A case's speculative run (BenchOptions::drafter), against its plain decode.
 struct SpeculationRun {
@@ -173,6 +181,29 @@ struct BenchCase {
 
 inline constexpr int64_t kWarmupDecodeTokens = 4;
 
+// One row of the verify cost table: a Session::Verify of k tokens (the last accepted token and
+// k - 1 drafts) after a prompt, the median of a few repetitions, each rewound afterwards.
+struct VerifyCost {
+  int k = 0;
+  double ms = 0;  // wall time of the call
+  // Distinct routed experts the block's k tokens touch, averaged over layers (negative when the
+  // routing is not recorded: the CUDA backend, or a model without routed experts).
+  double experts_per_layer = -1;
+};
+
+struct VerifyCostTable {
+  int64_t prompt_tokens = 0;  // the context the verifies ran after
+  int reps = 0;
+  double decode_ms = 0;          // t(0): a plain decode step (Session::Decode) at the same position
+  std::vector<VerifyCost> rows;  // k = 1..16 (fewer when the prefill chunk or context is smaller)
+  std::string note;              // why experts are not counted, when they are not
+};
+
+// Measures the table on a fresh session of `engine`: a synthetic prompt of prompt_tokens, a
+// warm-up verify, then for each k, reps verifies of varied synthetic ids (rewound each time).
+Result<VerifyCostTable> MeasureVerifyCosts(const Engine& engine, int64_t prompt_tokens, int reps,
+                                           uint64_t seed, int max_k = 16);
+
 struct BenchReport {
   BenchOptions options;
   std::string model_dir;
@@ -200,6 +231,7 @@ struct BenchReport {
   int64_t prefill_chunk = 0;  // tokens per forward call (the engine's choice when auto)
   int64_t prefill_span = 0;   // tokens per layer-major prefill call (0: chunk by chunk)
   std::vector<BenchCase> cases;
+  std::optional<VerifyCostTable> verify_costs;  // BenchOptions::verify_costs
 };
 
 // Runs the suite. Errors (model missing, context too small for a case, a failed read) are

@@ -103,6 +103,11 @@ std::optional<StorageBoundFigures> StorageBound(const BenchReport& r, const Benc
 }
 }  // namespace
 
+std::string DraftTokensText(int draft_tokens) {
+  return draft_tokens == kDraftTokensAuto ? std::string("auto")
+                                          : fmt::format("up to {}", draft_tokens);
+}
+
 Json BenchReportToJson(const BenchReport& r) {
   Json j;
   j["format"] = "redwing-bench/1";
@@ -207,19 +212,23 @@ Json BenchReportToJson(const BenchReport& r) {
         rate.push_back(sp->drafted_at[i] > 0
                            ? static_cast<double>(sp->accepted_at[i]) / sp->drafted_at[i]
                            : 0.0);
-      cj["speculation"] = {{"drafter", sp->drafter},
-                           {"acceptance", sp->simulated ? "simulated" : "measured"},
-                           {"draft_tokens", sp->draft_tokens},
-                           {"tokens", sp->tokens},
-                           {"seconds", sp->seconds},
-                           {"tok_s", sp->tok_s()},
-                           {"plain_tok_s", sp->plain_tok_s()},
-                           {"identical_to_plain", sp->identical},
-                           {"drafted", sp->drafted},
-                           {"accepted", sp->accepted},
-                           {"verify_calls", sp->verify_calls},
-                           {"mean_accepted", sp->mean_accepted()},
-                           {"acceptance_by_position", rate}};
+      cj["speculation"] = {
+          {"drafter", sp->drafter},
+          {"acceptance", sp->simulated ? "simulated" : "measured"},
+          {"draft_tokens",
+           sp->draft_tokens == kDraftTokensAuto ? Json("auto") : Json(sp->draft_tokens)},
+          {"mean_drafted",
+           sp->verify_calls > 0 ? static_cast<double>(sp->drafted) / sp->verify_calls : 0.0},
+          {"tokens", sp->tokens},
+          {"seconds", sp->seconds},
+          {"tok_s", sp->tok_s()},
+          {"plain_tok_s", sp->plain_tok_s()},
+          {"identical_to_plain", sp->identical},
+          {"drafted", sp->drafted},
+          {"accepted", sp->accepted},
+          {"verify_calls", sp->verify_calls},
+          {"mean_accepted", sp->mean_accepted()},
+          {"acceptance_by_position", rate}};
     } else {
       cj["speculation"] = nullptr;
     }
@@ -235,6 +244,21 @@ Json BenchReportToJson(const BenchReport& r) {
     cases.push_back(std::move(cj));
   }
   j["cases"] = std::move(cases);
+  if (const auto& vc = r.verify_costs) {
+    Json rows = Json::array();
+    for (const VerifyCost& v : vc->rows)
+      rows.push_back({{"k", v.k},
+                      {"ms", v.ms},
+                      {"experts_per_layer",
+                       v.experts_per_layer >= 0 ? Json(v.experts_per_layer) : Json(nullptr)}});
+    j["verify_costs"] = {{"prompt_tokens", vc->prompt_tokens},
+                         {"reps", vc->reps},
+                         {"decode_ms", vc->decode_ms},
+                         {"rows", rows},
+                         {"note", vc->note}};
+  } else {
+    j["verify_costs"] = nullptr;
+  }
   return j;
 }
 
@@ -310,12 +334,27 @@ std::string BenchReportTable(const BenchReport& r) {
       by += fmt::format("{}{:.0f}%", i > 0 ? " " : "",
                         sp->drafted_at[i] > 0 ? 100.0 * sp->accepted_at[i] / sp->drafted_at[i] : 0);
     line(fmt::format(
-        "  {:>5}: speculative ({}{}, up to {} drafts): decode {:.2f} tok/s vs {:.2f} "
-        "plain (the same loop); {:.2f} accepted per verify call ({} calls); acceptance by draft "
-        "position: {}{}",
+        "  {:>5}: speculative ({}{}, {} drafts): decode {:.2f} tok/s vs {:.2f} "
+        "plain (the same loop); {:.2f} drafted and {:.2f} accepted per verify call ({} calls); "
+        "acceptance by draft position: {}{}",
         c.prompt_tokens, sp->drafter, sp->simulated ? ", simulated acceptance" : "",
-        sp->draft_tokens, sp->tok_s(), sp->plain_tok_s(), sp->mean_accepted(), sp->verify_calls,
-        by.empty() ? "-" : by, sp->identical ? "" : "; OUTPUT DIFFERS FROM PLAIN DECODING"));
+        DraftTokensText(sp->draft_tokens), sp->tok_s(), sp->plain_tok_s(),
+        sp->verify_calls > 0 ? static_cast<double>(sp->drafted) / sp->verify_calls : 0.0,
+        sp->mean_accepted(), sp->verify_calls, by.empty() ? "-" : by,
+        sp->identical ? "" : "; OUTPUT DIFFERS FROM PLAIN DECODING"));
+  }
+  if (const auto& vc = r.verify_costs) {
+    // t(k) against k plain steps: below 1 a verify of k tokens is cheaper than decoding them.
+    line(fmt::format(
+        "verify cost t(k) after a {}-token prompt, median of {}; a plain decode step {:.2f} ms; "
+        "k = tokens per verify call (the last token and k-1 drafts){}",
+        vc->prompt_tokens, vc->reps, vc->decode_ms, vc->note.empty() ? "" : "; " + vc->note));
+    line(fmt::format("  {:>3} {:>9} {:>12} {:>13}", "k", "ms", "t(k)/k/t(0)", "experts/layer"));
+    for (const VerifyCost& v : vc->rows)
+      line(
+          fmt::format("  {:>3} {:>9.2f} {:>12.2f} {:>13}", v.k, v.ms,
+                      vc->decode_ms > 0 ? v.ms / v.k / vc->decode_ms : 0.0,
+                      v.experts_per_layer >= 0 ? fmt::format("{:.1f}", v.experts_per_layer) : "-"));
   }
   line(
       "decode tok/s counts forward passes and sampling, (fwd) the forward passes alone; rd/t: "

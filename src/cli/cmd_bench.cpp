@@ -72,6 +72,10 @@ int Bench(const Args& args) {
                "counted: a process pays once for the first use of each expert (checksum, page "
                "mapping). auto: 128, or 0 with --cold");
   AddSpeculationFlags(flags);
+  flags.Bool("verify-costs",
+             "after the cases, measure the verify cost table: the wall time of one speculative "
+             "verify call of k = 1..16 tokens (median of 3) and the routed experts its block "
+             "reads per layer (on by default with --drafter)");
   flags.String("json", "", "also write the results as JSON to this file");
   flags.String("format", "table", "stdout: table (readable) or json");
   AddDiagnosticsFlags(flags);
@@ -109,6 +113,7 @@ int Bench(const Args& args) {
   o.disk_probe = !flags.GetBool("no-disk-probe");
   o.memory_probe = !flags.GetBool("no-memory-probe");
   o.host_sampling = flags.GetBool("host-sampling");
+  o.verify_costs = flags.GetBool("verify-costs");
   if (Status st = SpeculationFromFlags(flags, /*allow_oracle=*/true, &o.drafter, &o.draft_tokens);
       !st.ok())
     return ReportError("bench", st);

@@ -94,6 +94,7 @@ int Chat(const Args& args) {
   flags.String("system", "", "system message");
   flags.String("thinking", "off", "let the model think before answering: on or off");
   AddSamplingFlags(flags);
+  AddSpeculationFlags(flags);
   flags.Bool("quiet", "no statistics or thinking on stderr");
   AddDiagnosticsFlags(flags);
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("chat", st);
@@ -105,6 +106,13 @@ int Chat(const Args& args) {
   if (!thinking.ok()) return ReportError("chat", thinking.status());
   auto gen = GenerateOptionsFromFlags(flags);
   if (!gen.ok()) return ReportError("chat", gen.status());
+  DrafterSpec drafter;
+  if (Status st = SpeculationFromFlags(flags, /*allow_oracle=*/false, &drafter, &gen->draft_tokens);
+      !st.ok())
+    return ReportError("chat", st);
+  gen->drafter = MakeDrafter(drafter);
+  // One policy for the whole conversation: what it measured and learned carries over turns.
+  if (gen->draft_tokens == kDraftTokensAuto) gen->draft_policy = std::make_shared<DraftPolicy>();
   auto opt = EngineOptionsFromFlags(flags);
   if (!opt.ok()) return ReportError("chat", opt.status());
   Diagnostics diag(flags, "chat", args);  // recording from before the load, written at exit

@@ -69,8 +69,9 @@ int Run(const Args& args) {
   AddSpeculationFlags(flags);
   flags.String("speculation-log", "",
                "with --drafter: write one JSON line per verify step to this file: "
-               "{\"position\": P, \"drafted\": [ids], \"accepted\": N} (P: the position of "
-               "the first drafted token)");
+               "{\"position\": P, \"drafted\": [ids], \"accepted\": N, \"k\": K} (P: the "
+               "position of the first drafted token; K: the drafts asked for, the auto policy's "
+               "choice)");
   flags.Bool("print-ids", "print the generated ids (space-separated, one line) instead of text");
   flags.Bool("print-prompt-ids", "print the prompt's ids (a JSON array) on the first line");
   flags.Bool("quiet", "no statistics or thinking on stderr");
@@ -199,8 +200,10 @@ int Run(const Args& args) {
           "run", Status(ErrorCode::kIo,
                         fmt::format("--speculation-log {}: {}", log_path, std::strerror(errno))));
     cb.on_speculation = [&](const SpeculationStep& st) {
-      const Json line = {
-          {"position", st.position}, {"drafted", st.drafted}, {"accepted", st.accepted}};
+      const Json line = {{"position", st.position},
+                         {"drafted", st.drafted},
+                         {"accepted", st.accepted},
+                         {"k", st.chosen}};
       std::fprintf(log.get(), "%s\n", line.dump().c_str());
     };
   }

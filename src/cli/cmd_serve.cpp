@@ -44,6 +44,7 @@ int Serve(const Args& args) {
   flags.Double("sse-keepalive", 2,
                "seconds between SSE comments while a streamed request waits (queue, prefill)");
   AddSamplingFlags(flags);
+  AddSpeculationFlags(flags);
   if (GetTestHooks().add_serve_flags) GetTestHooks().add_serve_flags(flags);
   AddDiagnosticsFlags(flags);
   if (Status st = flags.Parse(args); !st.ok()) return ReportError("serve", st);
@@ -122,6 +123,12 @@ int Serve(const Args& args) {
   o.defaults.sampling = gen->sampling;
   o.defaults.random_seed = flags.GetInt("seed") < 0;
   o.defaults.max_tokens = gen->max_new_tokens > 0 ? gen->max_new_tokens : 1;
+  DrafterSpec drafter;
+  if (Status st =
+          SpeculationFromFlags(flags, /*allow_oracle=*/false, &drafter, &o.loop.draft_tokens);
+      !st.ok())
+    return ReportError("serve", st);
+  o.loop.drafter = MakeDrafter(drafter);
   if (GetTestHooks().apply_serve_flags) {
     if (Status st = GetTestHooks().apply_serve_flags(flags, &o); !st.ok())
       return ReportError("serve", st);

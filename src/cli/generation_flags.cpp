@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -148,9 +149,21 @@ void AddSpeculationFlags(Flags& flags) {
                "earlier occurrence of the last few tokens), oracle:P (bench only: simulated "
                "acceptance P) or off. The output is the same token for token; only the speed "
                "changes");
-  flags.Int("draft-tokens", 8,
-            "with --drafter: most drafted tokens per verify step (a fixed number; an automatic "
-            "choice is not done yet)");
+  flags.String("draft-tokens", "auto",
+               "with --drafter: auto (each step drafts 0..15 tokens, whichever maximizes the "
+               "expected tokens per second from the step costs measured as it runs and the recent "
+               "acceptance by position; 0 is a plain step) or N, a fixed most per step (0..64)");
+}
+
+// --draft-tokens: "auto" (kDraftTokensAuto) or 0..64.
+Result<int> ParseDraftTokens(const std::string& text) {
+  if (text == "auto") return kDraftTokensAuto;
+  char* end = nullptr;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || n < 0 || n > 64)
+    return Error(ErrorCode::kInvalidArgument, "--draft-tokens must be auto or in 0..64, not '{}'",
+                 text);
+  return static_cast<int>(n);
 }
 
 Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* spec,
@@ -162,13 +175,11 @@ Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* 
     return Error(ErrorCode::kInvalidArgument,
                  "--drafter oracle:P simulates acceptance from a recorded plain run; it is for "
                  "redwing bench (use ngram here)");
-  const long long n = flags.GetInt("draft-tokens");
-  if (n < 0 || n > 64)
-    return Error(ErrorCode::kInvalidArgument, "--draft-tokens must be in 0..64, not {}", n);
-  if (flags.IsSet("draft-tokens") && parsed->kind == DrafterSpec::Kind::kOff && n > 0)
+  RW_ASSIGN_OR_RETURN(const int n, ParseDraftTokens(flags.GetString("draft-tokens")));
+  if (flags.IsSet("draft-tokens") && parsed->kind == DrafterSpec::Kind::kOff && n != 0)
     return Error(ErrorCode::kInvalidArgument, "--draft-tokens needs a --drafter");
   *spec = *parsed;
-  *draft_tokens = parsed->kind == DrafterSpec::Kind::kOff ? 0 : static_cast<int>(n);
+  *draft_tokens = parsed->kind == DrafterSpec::Kind::kOff ? 0 : n;
   return Status::Ok();
 }
 
@@ -205,9 +216,11 @@ std::string StatsLine(const GenerateResult& r, const GenerateOptions& o) {
   s += fmt::format("; generated {} tokens", r.ids.size() + (r.stop_id >= 0 ? 1 : 0));
   if (r.decoded_tokens > 0 && r.decode_seconds > 0)
     s += fmt::format(", decode {:.2f} tok/s", r.decoded_tokens / r.decode_seconds);
-  if (o.drafter != nullptr && o.draft_tokens > 0) {
-    s += fmt::format("; speculation ({}, up to {}): {} drafted, {} accepted", o.drafter->name(),
-                     o.draft_tokens, r.drafted, r.accepted);
+  if (o.drafter != nullptr && o.draft_tokens != 0) {
+    s += fmt::format("; speculation ({}, {}): {} drafted, {} accepted", o.drafter->name(),
+                     o.draft_tokens == kDraftTokensAuto ? std::string("auto")
+                                                        : fmt::format("up to {}", o.draft_tokens),
+                     r.drafted, r.accepted);
     if (r.drafted > 0) s += fmt::format(" ({:.1f}%)", 100.0 * r.accepted / r.drafted);
     s += fmt::format(", {} verify calls, {:.2f} accepted per call", r.verify_calls,
                      r.mean_accepted());

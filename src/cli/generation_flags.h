@@ -24,9 +24,10 @@ void AddSamplingFlags(Flags& flags);
 // repeated).
 Result<GenerateOptions> GenerateOptionsFromFlags(const Flags& flags);
 
-// --drafter ngram|oracle:P|off and --draft-tokens N (speculative decoding).
+// --drafter ngram|oracle:P|off and --draft-tokens auto|N (speculative decoding).
 void AddSpeculationFlags(Flags& flags);
-// The drafter spec and draft count; a drafter with --draft-tokens 0 is off. `allow_oracle`:
+// The drafter spec and draft count (kDraftTokensAuto for auto, the default); a drafter with
+// --draft-tokens 0 is off. `allow_oracle`:
 // oracle:P needs a recorded continuation, which only the bench makes.
 Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* spec,
                             int* draft_tokens);

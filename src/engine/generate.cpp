@@ -135,12 +135,17 @@ void FeedDrafter(const TokenTimeline& t, Drafter* d, int64_t pos0, int64_t m, in
 // (the same forward pass as a decode step, cut differently), and it is only read while every
 // draft before it was accepted, i.e. while block[0..i] is exactly what plain decoding would have
 // fed. So each emitted token is the plain one, the repetition penalty's context included.
+// With a policy (--draft-tokens auto) it chooses k within those limits and learns from the
+// step's wall time and acceptance.
 Status SpeculateStep(TokenTimeline& t, Sampler& sampler, const GenerateOptions& o,
-                     int64_t remaining, GenerateResult& r, const GenerateCallbacks& cb,
-                     std::vector<int>* out) {
+                     DraftPolicy* policy, int64_t remaining, GenerateResult& r,
+                     const GenerateCallbacks& cb, std::vector<int>* out) {
   const int last = r.ids.back();
+  Stopwatch step_time;
   // Drafts beyond what may still be emitted or one verify call holds would be thrown away.
-  const int64_t k = std::min<int64_t>({o.draft_tokens, remaining - 1, t.max_verify() - 1});
+  const int cap = policy != nullptr ? policy->options().max_draft : o.draft_tokens;
+  int64_t k = std::min<int64_t>({cap, remaining - 1, t.max_verify() - 1});
+  if (policy != nullptr) k = policy->Choose(static_cast<int>(k));
   std::vector<int> drafts;
   if (k > 0) {
     std::vector<int> ctx = t.tokens();
@@ -154,6 +159,7 @@ Status SpeculateStep(TokenTimeline& t, Sampler& sampler, const GenerateOptions& 
     FeedDrafter(t, o.drafter.get(), at, 1, 1);
     out->push_back(next);
     ++r.decoded_tokens;
+    if (policy != nullptr) policy->ObserveCost(0, step_time.Seconds());
     return Status::Ok();
   }
   const int64_t base = static_cast<int64_t>(t.tokens().size());
@@ -218,7 +224,12 @@ Status SpeculateStep(TokenTimeline& t, Sampler& sampler, const GenerateOptions& 
     if (static_cast<int>(i) < accepted) ++r.accepted_at[i];
   }
   o.drafter->Accepted(static_cast<int>(d), accepted);
-  if (cb.on_speculation) cb.on_speculation(SpeculationStep{base + 1, std::move(drafts), accepted});
+  if (policy != nullptr) {
+    policy->ObserveCost(static_cast<int>(d), step_time.Seconds());
+    policy->ObserveAcceptance(static_cast<int>(d), accepted);
+  }
+  if (cb.on_speculation)
+    cb.on_speculation(SpeculationStep{base + 1, std::move(drafts), accepted, static_cast<int>(k)});
   return Status::Ok();
 }
 
@@ -229,6 +240,9 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
                                 const GenerateCallbacks& cb) {
   RW_RETURN_IF_ERROR(o.sampling.Validate());
   if (prompt.empty()) return Error(ErrorCode::kInvalidArgument, "empty prompt");
+  if (o.draft_tokens < kDraftTokensAuto)
+    return Error(ErrorCode::kInvalidArgument, "draft tokens must be >= 0 or auto, not {}",
+                 o.draft_tokens);
   if (o.max_new_tokens < 0)
     return Error(ErrorCode::kInvalidArgument, "max new tokens must be >= 0, not {}",
                  o.max_new_tokens);
@@ -288,7 +302,10 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
   // Tokens chosen but not yet emitted: one when plain, a verified block when speculating.
   std::vector<int> pending = {SampleNext(sampler, logits, t.tokens())};
   size_t next_pending = 0;
-  const bool speculate = o.drafter != nullptr && o.draft_tokens > 0;
+  const bool speculate = o.drafter != nullptr && o.draft_tokens != 0;
+  std::shared_ptr<DraftPolicy> policy;
+  if (speculate && o.draft_tokens == kDraftTokensAuto)
+    policy = o.draft_policy != nullptr ? o.draft_policy : std::make_shared<DraftPolicy>();
   if (speculate) o.drafter->Begin(prompt);
 
   std::optional<StreamDecoder> decoder;
@@ -331,8 +348,9 @@ Result<GenerateResult> Generate(TokenTimeline& t, const Tokenizer* tokenizer,
     pending.clear();
     next_pending = 0;
     if (speculate) {
-      RW_RETURN_IF_ERROR(SpeculateStep(t, sampler, o, limit - static_cast<int64_t>(r.ids.size()), r,
-                                       cb, &pending));
+      RW_RETURN_IF_ERROR(SpeculateStep(t, sampler, o, policy.get(),
+                                       limit - static_cast<int64_t>(r.ids.size()), r, cb,
+                                       &pending));
     } else {
       RW_ASSIGN_OR_RETURN(int next, t.DecodeAndSample(r.ids.back(), sampler));
       pending.push_back(next);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/draft_policy.h"
 #include "engine/drafter.h"
 #include "engine/engine.h"
 #include "sample/sampler.h"
@@ -106,8 +107,12 @@ struct GenerateOptions {
   // Speculative decoding: each step verifies the last token and up to draft_tokens of the
   // drafter's guesses in one call (null or 0: plain decoding). The output is the same token for
   // token; only the speed changes. The drafter is used by one generation at a time.
+  // kDraftTokensAuto: draft_policy chooses each step's count (0..15) from measured step costs
+  // and recent acceptance; a policy kept across generations keeps what it learned (null: a fresh
+  // one for this call).
   std::shared_ptr<Drafter> drafter;
   int draft_tokens = 0;
+  std::shared_ptr<DraftPolicy> draft_policy;
 };
 
 // One verify step, for --speculation-log.
@@ -115,6 +120,7 @@ struct SpeculationStep {
   int64_t position = 0;  // the absolute position of the first drafted token
   std::vector<int> drafted;
   int accepted = 0;  // how many of drafted the target agreed with
+  int chosen = 0;    // the drafts asked for (the policy's choice, or draft_tokens within limits)
 };
 
 struct GenerateCallbacks {
@@ -125,7 +131,7 @@ struct GenerateCallbacks {
   const std::atomic<bool>* cancel = nullptr;
   // Called before each prefill chunk with (done, total) prompt tokens; servers send keep-alives.
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;
-  // After each speculative verify step.
+  // After each speculative verify step (not after plain steps, the policy's included).
   std::function<void(const SpeculationStep& step)> on_speculation;
 };
 

@@ -50,6 +50,14 @@ Json Timings(const JobResult& r) {
       {"expert_bytes_read", r.expert_bytes_read},
       {"expert_read_wait_ms", r.expert_wait_seconds * 1e3},
       {"context_tokens", r.context_tokens},
+      // Speculative decoding (--drafter): the path, the drafter, the drafts verified and
+      // accepted, and the accepted drafts per verify call.
+      {"decode_path", r.drafter.empty() ? "plain" : "speculative"},
+      {"drafter", r.drafter.empty() ? Json() : Json(r.drafter)},
+      {"drafted_tokens", g.drafted},
+      {"accepted_tokens", g.accepted},
+      {"verify_calls", g.verify_calls},
+      {"mean_accepted_length", g.mean_accepted()},
       {"rss_bytes", rss.anon + rss.file},
       {"peak_rss_bytes", PeakRssBytes()}};
 }

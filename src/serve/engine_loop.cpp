@@ -229,6 +229,16 @@ JobResult EngineLoop::RunJob(Job& job) {
     ForcedTimeline forced(timeline, std::move(ids), static_cast<int64_t>(job.prompt().size()),
                           stop);
     r = Generate(forced, engine_->tokenizer(), job.prompt(), job.options(), cb);
+  } else if (options_.drafter != nullptr && options_.draft_tokens != 0) {
+    GenerateOptions o = job.options();
+    o.drafter = options_.drafter;
+    o.draft_tokens = options_.draft_tokens;
+    if (o.draft_tokens == kDraftTokensAuto) {
+      if (draft_policy_ == nullptr) draft_policy_ = std::make_shared<DraftPolicy>();
+      o.draft_policy = draft_policy_;
+    }
+    out.drafter = o.drafter->name();
+    r = Generate(timeline, engine_->tokenizer(), job.prompt(), o, cb);
   } else {
     r = Generate(timeline, engine_->tokenizer(), job.prompt(), job.options(), cb);
   }

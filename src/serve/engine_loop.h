@@ -32,6 +32,7 @@ struct JobResult {
   uint64_t expert_hits = 0, expert_misses = 0, expert_bytes_read = 0;
   double expert_wait_seconds = 0;
   int64_t context_tokens = 0;  // the session's length afterwards
+  std::string drafter;         // the speculative drafter's name; empty: plain decoding
 };
 
 class Job {
@@ -87,6 +88,11 @@ struct EngineLoopOptions {
   // For tests only: each answer is forced to be these texts in turn (tokenized; the model still
   // runs every step, only the choice of token is overridden). Empty: the model chooses.
   std::vector<std::string> forced_replies;
+  // Speculative decoding for every request (greedy and sampled alike; the output is plain
+  // decoding's): a drafter (null: off) and draft_tokens (kDraftTokensAuto: one DraftPolicy kept
+  // across requests, so what it measured and learned carries over).
+  std::shared_ptr<Drafter> drafter;
+  int draft_tokens = 0;
 };
 
 class EngineLoop {
@@ -115,7 +121,8 @@ class EngineLoop {
   std::shared_ptr<const Engine> engine_;
   EngineLoopOptions options_;
   std::unique_ptr<Session> session_;
-  std::string session_client_;  // whose prompts the session holds
+  std::shared_ptr<DraftPolicy> draft_policy_;  // --draft-tokens auto
+  std::string session_client_;                 // whose prompts the session holds
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;

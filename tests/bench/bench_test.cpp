@@ -526,5 +526,47 @@ TEST(BenchLibTest, DropFromPageCacheEvictsAFile) {
   EXPECT_FALSE(ResidentFileBytes(JoinPath(dir, "nope")).ok());
 }
 
+// The verify cost table: one row per k up to the prefill chunk, the k = 1 block touching exactly
+// top_k experts per layer and a block of k tokens at most k * top_k; on with --verify-costs (and
+// with a drafter), absent otherwise.
+TEST(BenchLibTest, VerifyCostTable) {
+  BenchOptions o;
+  o.engine.model_dir = TinyModel();
+  o.engine.threads = 2;
+  o.engine.prefill_chunk = 12;
+  o.prompt_tokens = {20};
+  o.decode_tokens = 2;
+  o.disk_probe = o.memory_probe = false;
+  o.warmup_tokens = 0;
+  o.verify_costs = true;
+  o.verify_cost_reps = 2;
+  auto rep = RunBench(o);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_TRUE(rep->verify_costs.has_value());
+  const VerifyCostTable& t = *rep->verify_costs;
+  ASSERT_EQ(t.rows.size(), 12u);  // capped by the chunk: a verify holds one
+  EXPECT_GT(t.decode_ms, 0);
+  const int top_k = rep->config.top_k, experts = rep->config.num_experts;
+  for (size_t i = 0; i < t.rows.size(); ++i) {
+    const VerifyCost& v = t.rows[i];
+    EXPECT_EQ(v.k, static_cast<int>(i) + 1);
+    EXPECT_GT(v.ms, 0);
+    EXPECT_GE(v.experts_per_layer, top_k);
+    EXPECT_LE(v.experts_per_layer, std::min(v.k * top_k, experts));
+  }
+  EXPECT_EQ(t.rows[0].experts_per_layer, top_k);
+  const Json j = BenchReportToJson(*rep);
+  ASSERT_EQ(j["verify_costs"]["rows"].size(), 12u);
+  EXPECT_EQ(j["verify_costs"]["rows"][3]["k"].get<int>(), 4);
+  EXPECT_GT(j["verify_costs"]["rows"][3]["experts_per_layer"].get<double>(), 0);
+  EXPECT_NE(BenchReportTable(*rep).find("verify cost t(k)"), std::string::npos);
+
+  o.verify_costs = false;
+  auto off = RunBench(o);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->verify_costs.has_value());
+  EXPECT_TRUE(BenchReportToJson(*off)["verify_costs"].is_null());
+}
+
 }  // namespace
 }  // namespace rw

@@ -87,13 +87,15 @@ TEST(SpeculativeCli, SpeculationLogHasOneJsonLinePerVerifyStep) {
   while (std::getline(lines, line)) {
     auto j = ParseJson(line, "speculation log");
     ASSERT_TRUE(j.ok()) << line;
-    ASSERT_TRUE(j->is_object() && j->size() == 3) << line;
+    ASSERT_TRUE(j->is_object() && j->size() == 4) << line;
     const int64_t pos = (*j)["position"].get<int64_t>();
     const auto drafted = (*j)["drafted"].get<std::vector<int>>();
     const int acc = (*j)["accepted"].get<int>();
+    const int k = (*j)["k"].get<int>();  // the policy's choice (--draft-tokens auto)
     EXPECT_GT(pos, last) << line;
     EXPECT_FALSE(drafted.empty()) << line;
-    EXPECT_LE(drafted.size(), 8u) << line;  // --draft-tokens defaults to 8
+    EXPECT_LE(drafted.size(), static_cast<size_t>(k)) << line;
+    EXPECT_LE(k, 15) << line;
     EXPECT_GE(acc, 0);
     EXPECT_LE(acc, static_cast<int>(drafted.size())) << line;
     last = pos;
@@ -112,7 +114,8 @@ TEST(SpeculativeCli, BadSpeculationFlagsAreClearErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {" --drafter dflash", "--drafter: drafter must be ngram, oracle:P, off or a drafter directory"},
       {" --drafter oracle:0.8", "redwing bench"},
-      {" --drafter ngram --draft-tokens 99", "--draft-tokens must be in 0..64"},
+      {" --drafter ngram --draft-tokens 99", "--draft-tokens must be auto or in 0..64"},
+      {" --drafter ngram --draft-tokens some", "--draft-tokens must be auto or in 0..64"},
       {" --draft-tokens 4", "--draft-tokens needs a --drafter"},
       {" --speculation-log x.jsonl", "--speculation-log needs a --drafter"},
   };
@@ -121,6 +124,37 @@ TEST(SpeculativeCli, BadSpeculationFlagsAreClearErrors) {
     EXPECT_NE(r.code, 0) << flags;
     EXPECT_NE(r.err.find(expect), std::string::npos) << flags << ": " << r.err;
   }
+}
+
+// `redwing chat --drafter ngram` answers as `redwing chat` without it, turn after turn (the
+// policy is kept across turns), and its stats lines report the speculation.
+TEST(SpeculativeCli, ChatWithTheDrafterAnswersAsWithout) {
+  REQUIRE_GEMMA_TINY_MODEL();
+  auto chat = [](const std::string& extra) {
+    int rc = 0;
+    const std::string out = test::ShellOut(
+        "printf 'the red wing flew over the red wing flew over the red wing\\nand again the red "
+        "wing\\n/exit\\n' | " +
+            std::string(REDWING_BINARY) + " chat --model '" +
+            test::SharedGemmaTinyModel().model_dir +
+            "' --temperature 0 --max-new 24 --repetition-penalty 0.3" + extra + " 2>&1",
+        &rc);
+    EXPECT_EQ(rc, 0) << out;
+    return out;
+  };
+  const std::string plain = chat("");
+  const std::string spec = chat(" --drafter ngram");
+  // The answers: every line but the stats lines (which carry timings).
+  auto answers = [](const std::string& out) {
+    std::string a;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.find("prompt ") == std::string::npos) a += line + "\n";
+    return a;
+  };
+  EXPECT_EQ(answers(spec), answers(plain)) << spec;
+  EXPECT_NE(spec.find("speculation (ngram, auto)"), std::string::npos) << spec;
+  EXPECT_EQ(plain.find("speculation"), std::string::npos) << plain;
 }
 
 }  // namespace
