@@ -11,6 +11,8 @@ logits up to each engine's arithmetic.
       values: not the same values, but the same bytes per weight as redwing (18 per 32 weights)
       and the same routing up to rounding. This is the twin for speed runs, where llama.cpp
       repacks Q4_0 for its fastest kernels.
+  --q4 f32: the exact values in fp32, so that llama.cpp multiplies without quantizing its
+      activations: with --q8 f32 too, a check of the conversion itself (small models only).
   --q8 q8_0 (default): 8-bit affine tensors (the dense MLP and the router) become Q8_0
       (d·q, q in -127..127), re-quantized from their exact values; the error is reported.
   --q8 f32: they are stored as their exact fp32 values instead (larger, exact).
@@ -22,7 +24,7 @@ full-attention layers' partial ("proportional") RoPE is a rope_freqs tensor that
 unrotated pairs unrotated (factor 1e30), as llama.cpp's converter writes it. The vocabulary is
 placeholder pieces: the comparisons feed token ids, never text.
 
-Usage: gguf_twin.py MODEL_DIR OUT.gguf [--q4 q4_1|q4_0] [--q8 q8_0|f32]
+Usage: gguf_twin.py MODEL_DIR OUT.gguf [--q4 q4_1|q4_0|f32] [--q8 q8_0|f32]
 (needs numpy: apt install python3-numpy)
 """
 import argparse
@@ -250,7 +252,7 @@ def q8_0_blocks(w, stats):
 class Twin:
     def __init__(self, model, q4, q8):
         self.m, self.cfg = model, model.cfg
-        self.q4 = {"q4_1": T_Q4_1, "q4_0": T_Q4_0}[q4]
+        self.q4 = {"q4_1": T_Q4_1, "q4_0": T_Q4_0, "f32": T_F32}[q4]
         self.q8 = {"q8_0": T_Q8_0, "f32": T_F32}[q8]
         self.stats = Stats()
 
@@ -479,7 +481,7 @@ def main():
     ap = argparse.ArgumentParser(description="GGUF twin of a redwing model (same weights).")
     ap.add_argument("model_dir")
     ap.add_argument("out")
-    ap.add_argument("--q4", choices=["q4_1", "q4_0"], default="q4_1")
+    ap.add_argument("--q4", choices=["q4_1", "q4_0", "f32"], default="q4_1")
     ap.add_argument("--q8", choices=["q8_0", "f32"], default="q8_0")
     a = ap.parse_args()
     twin = Twin(Model(a.model_dir), a.q4, a.q8)

@@ -2,9 +2,11 @@
 // position as raw little-endian float32 [n_ids, vocab], the format `redwing logits --out`
 // writes, so that tools/compare/twin_check.py can compare the two engines on a GGUF twin.
 //
-//   llama_logits MODEL.gguf IDS OUT [--threads N] [--kv f16|f32] [--no-repack]
+//   llama_logits MODEL.gguf IDS OUT [--threads N] [--kv f16|f32] [--no-repack] [--dump DIR]
 //
-// IDS is comma-separated. The prompt goes in as one batch with every position's logits kept;
+// --dump DIR also writes every named f32 intermediate of the graph (DIR/<name>.f32, e.g.
+// l_out-3.f32 [tokens, hidden]) for locating where the engines part (REDWING_DUMP on the other
+// side). IDS is comma-separated. The prompt goes in as one batch with every position's logits kept;
 // everything else is llama.cpp's default context (its KV cache type unless --kv says).
 // Built by build_llama_cpp.sh against the libllama in its build directory.
 #include <cstdio>
@@ -13,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "ggml-backend.h"
+#include "ggml.h"
 #include "llama.h"
 
 namespace {
@@ -39,18 +43,38 @@ bool ParseIds(const char* s, std::vector<llama_token>* ids) {
   }
 }
 
+// The graph's eval callback: asked first whether a tensor is wanted, then given it computed.
+bool DumpTensor(ggml_tensor* t, bool ask, void* user) {
+  if (t->type != GGML_TYPE_F32 || t->name[0] == '\0' || !ggml_is_contiguous(t))
+    return ask ? false : true;
+  if (ask) return true;
+  std::vector<char> buf(ggml_nbytes(t));
+  ggml_backend_tensor_get(t, buf.data(), 0, buf.size());
+  const std::string path = *static_cast<std::string*>(user) + "/" + t->name + ".f32";
+  if (FILE* f = std::fopen(path.c_str(), "wb")) {
+    std::fwrite(buf.data(), 1, buf.size(), f);
+    std::fclose(f);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4)
-    return Fail("usage: llama_logits MODEL.gguf IDS OUT [--threads N] [--kv f16|f32] [--no-repack]");
+    return Fail(
+        "usage: llama_logits MODEL.gguf IDS OUT [--threads N] [--kv f16|f32] [--no-repack] [--dump "
+        "DIR]");
   int threads = 2;
   bool kv_f32 = false, repack = true;
+  std::string dump;
   for (int i = 4; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--kv") && i + 1 < argc) {
       kv_f32 = !std::strcmp(argv[++i], "f32");
+    } else if (!std::strcmp(argv[i], "--dump") && i + 1 < argc) {
+      dump = argv[++i];
     } else if (!std::strcmp(argv[i], "--no-repack")) {
       repack = false;
     } else {
@@ -79,6 +103,10 @@ int main(int argc, char** argv) {
   if (kv_f32) {
     cp.type_k = GGML_TYPE_F32;
     cp.type_v = GGML_TYPE_F32;
+  }
+  if (!dump.empty()) {
+    cp.cb_eval = DumpTensor;
+    cp.cb_eval_user_data = &dump;
   }
   llama_context* ctx = llama_init_from_model(model, cp);
   if (ctx == nullptr) return Fail("cannot create a context");
