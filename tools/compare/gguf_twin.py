@@ -8,9 +8,10 @@ logits up to each engine's arithmetic.
       each group becomes two blocks with d = scale, m = bias. That is exact whenever the bf16
       scale and bias are exactly fp16 numbers; the ones that are not are counted and reported.
   --q4 q4_0: 4-bit tensors are re-quantized to Q4_0 (ggml's reference rounding) from their exact
-      values: not the same values, but the same bytes per weight as redwing (18 per 32 weights)
-      and the same routing up to rounding. This is the twin for speed runs, where llama.cpp
-      repacks Q4_0 for its fastest kernels.
+      values: the same bytes per weight as redwing (18 per 32 weights), but not the same values,
+      and the rounding is large enough to change the routing. This is the twin for uncapped
+      speed runs (which do not depend on the routing), where llama.cpp repacks Q4_0 for its
+      fastest kernels.
   --q4 f32: the exact values in fp32, so that llama.cpp multiplies without quantizing its
       activations: with --q8 f32 too, a check of the conversion itself (small models only).
   --q8 q8_0 (default): 8-bit affine tensors (the dense MLP and the router) become Q8_0
