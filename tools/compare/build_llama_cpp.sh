@@ -59,6 +59,6 @@ if git -C "$src" rev-parse HEAD >/dev/null 2>&1; then
 else
   echo "tree: $src (not a git tree; version unknown)"
 fi
-grep -E '^(CMAKE_BUILD_TYPE|GGML_NATIVE|GGML_CPU_REPACK|GGML_CUDA|GGML_AVX[A-Z0-9_]*|CMAKE_CUDA_ARCHITECTURES|BUILD_SHARED_LIBS):' \
+grep -E '^(CMAKE_BUILD_TYPE|GGML_NATIVE|GGML_CPU_REPACK|GGML_CUDA|CMAKE_CUDA_ARCHITECTURES|BUILD_SHARED_LIBS):' \
   "$build/CMakeCache.txt" || true
-"$build/bin/llama-bench" --version 2>&1 | tail -n 2 || true
+"$build/bin/llama-completion" --version 2>&1 | tail -n 2 || true

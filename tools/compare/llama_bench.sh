@@ -57,7 +57,7 @@ probe_model=$out/probe-model
 {
   echo "== versions"
   echo "redwing: $("$redwing" --version 2>&1 | head -n 1)"
-  echo "llama.cpp: $("$lbench" --version 2>&1 | tail -n 2 | tr '\n' ' ')"
+  echo "llama.cpp: $("$lbuild/bin/llama-completion" --version 2>&1 | tail -n 2 | tr '\n' ' ')"
   grep -E '^(CMAKE_BUILD_TYPE|GGML_NATIVE|GGML_CPU_REPACK|GGML_CUDA|BUILD_SHARED_LIBS):' \
     "$lbuild/CMakeCache.txt" | tr '\n' ' '
   echo
