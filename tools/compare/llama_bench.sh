@@ -87,19 +87,22 @@ run_llama() {
       "'llama.cpp  prefill %.2f tok/s  decode %.2f tok/s' % (j[0]['avg_ts'], j[1]['avg_ts'])" |
       sed "s/\$/  memory probe $mem GB\/s/"
   else
-    # A prompt of PROMPT placeholder tokens; the timings come from llama.cpp's perf report.
+    # The twin's placeholder vocabulary has no letters, so each 'a' is one byte token: with BOS
+    # (and a space prefix if the tokenizer adds one) about PROMPT tokens; the count llama.cpp
+    # reports is printed. The timings come from llama.cpp's perf report.
     local text
-    text=$("$py" -c "print(' '.join('<t%d>' % (300 + i) for i in range($prompt)))")
+    text=$(printf 'a%.0s' $(seq $((prompt - 1))))
     "${wrap[@]}" "$lcomp" -m "$gguf" -p "$text" -n "$decode" -t "$threads" --no-repack \
       --temp 0 -no-cnv --ignore-eos >"$out/llama-$n.txt" 2>&1 || true
     cat "$out/llama-$n.txt" >>"$log"
     "$py" - "$out/llama-$n.txt" "$mem" <<'EOF'
 import re, sys
-t = open(sys.argv[1]).read()
-p = re.search(r"prompt eval time =.*?([\d.]+) tokens per second", t)
-d = re.search(r"\n.*?\beval time =.*?([\d.]+) tokens per second", t.split("prompt eval time")[-1])
-print("llama.cpp  prefill %s tok/s  decode %s tok/s  memory probe %s GB/s (llama-completion --no-repack)"
-      % (p.group(1) if p else "?", d.group(1) if d else "?", sys.argv[2]))
+t = open(sys.argv[1], errors="replace").read()
+p = re.search(r"prompt eval time =.*?/\s*(\d+) tokens.*?([\d.]+) tokens per second", t)
+d = re.search(r"\beval time =.*?([\d.]+) tokens per second", t.split("prompt eval time")[-1])
+print("llama.cpp  prefill %s tok/s (%s tokens)  decode %s tok/s  memory probe %s GB/s "
+      "(llama-completion --no-repack)" % (p.group(2) if p else "?", p.group(1) if p else "?",
+                                         d.group(1) if d else "?", sys.argv[2]))
 EOF
   fi
 }
