@@ -8,6 +8,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libssl-dev libxxhash-dev liburing-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 clang-format
+  python3-numpy  # tools/compare/gguf_twin.py (the GGUF twin for llama.cpp comparisons)
   clang-14 libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for the fuzz preset
   chromium  # headless browser for the chat page test (tests/serve, driven by playwright-core)
 )

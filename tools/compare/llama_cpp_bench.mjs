@@ -70,7 +70,7 @@ const longest = Math.max(...opts.prompts, opts.warmup) + opts.decode + 8;
 const ctx = await model.createContext({contextSize: longest, batchSize: 512,
                                        threads: opts.threads, sequences: 1});
 
-// Prompt ids from a fixed LCG over ordinary pieces: past gguf_like_model.py's 260 control and
+// Prompt ids from a fixed LCG over ordinary pieces: past gguf_twin.py's 260 control and
 // byte tokens, below Gemma 4's 262,144.
 let seed = 12345;
 const nextId = () => {
