@@ -663,8 +663,8 @@ void MatVecRows(const WeightView& w, const float* x, const float* prep, float* y
 
 void MatMulPreppedRows(const WeightView& w, const float* x, int64_t m, const float* prep,
                        int64_t prep_stride, float* y, int64_t r0, int64_t r1) {
-  // X rows in ceil(m/4) groups of near-equal size (5 = 3 + 2, not 4 + 1: a group of one
-  // unpacks every block for a single row). With several groups the weight rows go in blocks of
+  // X rows in ceil(m/4) groups (q8: ceil(m/6)) of near-equal size (5 = 3 + 2, not 4 + 1: a group of
+  // one unpacks every block for a single row). With several groups the weight rows go in blocks of
   // 8 (~11 KB of q4 at K = 2,816), so every group after the first finds its block in L1.
   // 8-bit blocks unpack into 4 registers, not 8: groups of up to 6 rows still fit the registers
   // and unpack each block fewer times (a 16-row verify: 3 times, not 4).
