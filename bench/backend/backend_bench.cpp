@@ -4,7 +4,7 @@
 // which is what decode and a prefill's experts see; "hot" repeats one copy. Times are the best
 // repetition: on a shared host the median can be far slower.
 //
-//   backend_bench [--quick] [--isa scalar] [--only matvec|matmul|attention|elementwise]
+//   backend_bench [--quick] [--isa scalar] [--only matvec|matmul|attention|verify|elementwise]
 #include <fmt/format.h>
 #include <immintrin.h>
 
@@ -263,6 +263,69 @@ void BenchPrefillAttention(int n_heads, int n_kv, int hd, int64_t window, int64_
   }
 }
 
+// A speculative verify of k tokens: Linear over k rows (MatVec at k = 1) on the model's
+// per-layer shapes, cold (rotating over > L3 of copies, as a verify's weights arrive), and
+// AttendBlock of k rows at a 4096-token context (AttendOne at k = 1). One thread, reported as
+// its best CPU time, which a busy shared host disturbs least. Only public calls, so the same
+// source times an older tree's Linear (the packed MatMul it used from 9 rows on) for an A-B.
+void BenchVerify() {
+  const int64_t ks[] = {1, 2, 3, 4, 6, 8, 10, 12, 14, 16};
+  struct Shape {
+    int64_t n, k;
+    int bits;
+  };
+  const Shape shapes[] = {{4096, 2816, 4}, {2112, 2816, 8}, {704, 2816, 4}, {2816, 704, 4}};
+  for (const Shape& s : shapes) {
+    const int64_t bytes =
+        AffineWeight(nullptr, s.n, s.k, s.bits, 64, nullptr, nullptr).RowBytes() * s.n;
+    const int copies = static_cast<int>(std::clamp<int64_t>((96 << 20) / bytes + 1, 1, 1024));
+    std::vector<std::unique_ptr<AffineMatrix>> ms;
+    for (int c = 0; c < copies; ++c) ms.push_back(MakeAffine(s.n, s.k, s.bits, 64, 41 + c));
+    std::vector<float> x(static_cast<size_t>(16 * s.k)), y(static_cast<size_t>(16 * s.n));
+    std::mt19937 rng(9);
+    for (auto& v : x) v = static_cast<float>(rng() % 1000) * 1e-3f - 0.5f;
+    fmt::print("  Linear q{} [{} x {}] 1T cold, cpu us per call by k:", s.bits, s.n, s.k);
+    for (const int64_t m : ks) {
+      BestSeconds(
+          [&](int i) {
+            for (int c = 0; c < copies; ++c)
+              Linear(ms[(i + c) % copies]->view, x.data(), m, y.data(), nullptr);
+          },
+          0.3);
+      fmt::print(" {}:{:.0f}", m, g_last_cpu / copies * 1e6);
+    }
+    fmt::print("\n");
+  }
+  struct Att {
+    const char* name;
+    int n_heads, n_kv, hd;
+    int64_t window;
+  };
+  for (const Att& a : {Att{"sliding", 16, 8, 256, 1024}, Att{"full", 16, 2, 512, 0}}) {
+    const int64_t ctx = 4096, capacity = a.window > 0 ? a.window + 16 : ctx + 16;
+    std::vector<float> k(static_cast<size_t>(a.n_kv * capacity * a.hd)), v(k.size());
+    std::mt19937 rng(3);
+    for (auto& f : k) f = static_cast<float>(rng() % 1000) * 1e-3f - 0.5f;
+    for (auto& f : v) f = static_cast<float>(rng() % 1000) * 1e-3f - 0.5f;
+    std::vector<float> q(static_cast<size_t>(16 * a.n_heads * a.hd), 0.1f), out(q.size());
+    const KvCacheView kv{k.data(), v.data(), a.n_kv, a.hd, capacity};
+    fmt::print("  AttendBlock {} ctx {} 1T, cpu us per call by k:", a.name, ctx);
+    for (const int64_t m : ks) {
+      const int64_t lo = a.window > 0 ? ctx - a.window : 0;
+      BestSeconds(
+          [&](int) {
+            if (m == 1)
+              AttendOne(q.data(), a.n_heads, kv, lo, ctx, 1.0f, out.data(), nullptr);
+            else
+              AttendBlock(q.data(), m, ctx - m, a.n_heads, kv, a.window, 1.0f, out.data(), nullptr);
+          },
+          0.2);
+      fmt::print(" {}:{:.0f}", m, g_last_cpu * 1e6);
+    }
+    fmt::print("\n");
+  }
+}
+
 void BenchElementwise() {
   const int64_t vocab = 262144;
   std::vector<float> logits(static_cast<size_t>(vocab), 3.0f), g(2816, 0.3f), u(2816, 0.2f);
@@ -325,6 +388,10 @@ int Main(int argc, char** argv) {
     BenchAttention("full", 16, 2, 512, 4096, 4096);
     BenchPrefillAttention(16, 8, 256, 1024, 64, 1024);
     BenchPrefillAttention(16, 2, 512, 0, 64, 4032);
+  }
+  if (run("verify")) {
+    fmt::print("verify (k rows):\n");
+    BenchVerify();
   }
   if (run("elementwise")) {
     fmt::print("elementwise (1T):\n");

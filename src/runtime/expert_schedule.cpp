@@ -10,12 +10,6 @@
 #include "runtime/forward.h"
 
 namespace rw {
-namespace {
-
-using cpu::Linear;
-
-}  // namespace
-
 ExpertSchedule::ExpertSchedule(const RuntimeModel& model, int64_t max_chunk)
     : model_(model), c_(model.config()), max_chunk_(max_chunk) {
   if (!c_.enable_moe) return;
@@ -34,6 +28,7 @@ int64_t ExpertSchedule::ScratchFloats(const ModelConfig& c, int64_t M, int threa
 Status ExpertSchedule::Begin(int li, int64_t m, const int* idx, const float* w, const float* h) {
   const int64_t k = c_.top_k, E = c_.num_experts;
   single_token_ = m == 1;
+  exact_rows_ = m <= cpu::kExactRows;
   users_.resize(E);
   for (auto& u : users_) u.clear();
   for (int64_t t = 0; t < m; ++t)
@@ -128,10 +123,11 @@ void ExpertSchedule::RunExpert(size_t i, const ExpertRef& ref, const float* u2, 
     return;
   }
   for (int64_t r = 0; r < n; ++r) std::copy_n(&u2[list[r].first * H], H, &s.in[r * H]);
-  Linear(gate, s.in.data(), n, s.g.data(), pool);
-  Linear(up, s.in.data(), n, s.u.data(), pool);
+  const auto linear = exact_rows_ ? cpu::MatVecBatch : cpu::MatMul;
+  linear(gate, s.in.data(), n, s.g.data(), pool);
+  linear(up, s.in.data(), n, s.u.data(), pool);
   cpu::GegluInPlace(s.g.data(), s.u.data(), n * I);
-  Linear(ViewOf(ref.blob, ref.layout->down), s.g.data(), n, y, pool);
+  linear(ViewOf(ref.blob, ref.layout->down), s.g.data(), n, y, pool);
 }
 
 // Whether batch [b0, b1) runs one expert per thread at a time rather than each expert split

@@ -60,6 +60,10 @@ class ExpertSchedule {
   std::vector<std::pair<size_t, size_t>> batches_;
   std::vector<uint8_t> resident_;
   bool single_token_ = false;
+  // The chunk has at most kExactRows tokens (a verify): experts run the exact multi-row matvec,
+  // so each token's rows are the bits a decode step gives it. A prefill chunk's experts use
+  // MatMul (faster from 9 users on).
+  bool exact_rows_ = false;
   ZeroedFloats early_r_, early_logits_;  // the next layer's router guess
   std::vector<int> early_guess_;
 };

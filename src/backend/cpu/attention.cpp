@@ -43,10 +43,16 @@ struct CoreScratch {
   }
 };
 
-// Streams KV head h over the union of the queries' ranges, chunk by chunk (a chunk never
-// crosses the ring's wrap point, so its rows are contiguous). Per chunk: scores of every query
-// that sees part of it, an online-softmax update per query (positions outside its range get
-// probability 0), then one P·V over the chunk for all of them.
+// Streams KV head h over the union of the queries' ranges, chunk by chunk. Per chunk: scores of
+// every query that sees part of it, an online-softmax update per query (positions outside its
+// range get probability 0), then one P·V over the chunk for all of them.
+//
+// Chunks are cut at multiples of the chunk length in absolute positions, never where the union
+// starts, and a chunk that crosses the ring's wrap point runs as two pieces of contiguous rows
+// into the same scores: so the part of a chunk each query sees, and with it every rounding of
+// its softmax, depends only on that query's own range, not on which queries share the call nor
+// on the ring's capacity. (The kernels' per-element results do not depend on how many queries or
+// rows a call has either; kernels.h.) That is what makes a verify row the decode row bitwise.
 void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, QueryState* qs, int nq,
                 float scale, CoreScratch& sc) {
   const int hd = kv.head_dim;
@@ -60,9 +66,10 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
   const float* k_head = kv.k + static_cast<int64_t>(h) * cap * hd;
   const float* v_head = kv.v + static_cast<int64_t>(h) * cap * hd;
   for (int64_t c0 = lo; c0 < hi;) {
-    const int64_t slot0 = c0 % cap;
-    const int64_t c1 = std::min({hi, c0 + chunk, c0 + (cap - slot0)});
+    const int64_t c1 = std::min(hi, (c0 / chunk + 1) * chunk);
     const int64_t n = c1 - c0;
+    const int64_t slot0 = c0 % cap;
+    const int64_t n0 = std::min(n, cap - slot0);  // rows before the wrap point
     int na = 0;
     for (int j = 0; j < nq; ++j) {
       if (qs[j].lo >= c1 || qs[j].hi <= c0) continue;
@@ -72,7 +79,8 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
       ++na;
     }
     if (na > 0) {
-      kt.scores(sc.q.data(), na, k_head + slot0 * hd, n, hd, scale, sc.s.data(), chunk);
+      kt.scores(sc.q.data(), na, k_head + slot0 * hd, n0, hd, scale, sc.s.data(), chunk);
+      if (n0 < n) kt.scores(sc.q.data(), na, k_head, n - n0, hd, scale, sc.s.data() + n0, chunk);
       for (int a = 0; a < na; ++a) {
         QueryState& st = qs[sc.active[a]];
         float* row = sc.s.data() + a * chunk;
@@ -90,7 +98,8 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
         std::fill(row, row + b, 0.0f);
         std::fill(row + e, row + n, 0.0f);
       }
-      kt.pv(sc.s.data(), chunk, na, n, v_head + slot0 * hd, hd, sc.o.data());
+      kt.pv(sc.s.data(), chunk, na, n0, v_head + slot0 * hd, hd, sc.o.data());
+      if (n0 < n) kt.pv(sc.s.data() + n0, chunk, na, n - n0, v_head, hd, sc.o.data());
     }
     c0 = c1;
   }
@@ -115,76 +124,115 @@ void KvStore(float* k_cache, float* v_cache, int n_kv_heads, int head_dim, int64
   }
 }
 
-void AttendOne(const float* q, int n_heads, const KvCacheView& kv, int64_t pos_begin,
-               int64_t pos_end, float scale, float* out, ThreadPool* pool) {
-  CheckKv(n_heads, kv);
-  CHECK_MSG(0 <= pos_begin && pos_begin < pos_end && pos_end - pos_begin <= kv.capacity,
-            "positions [{}, {}) with capacity {}", pos_begin, pos_end, kv.capacity);
+namespace {
+
+// The exact path's unit of work along the positions: a query's range is cut at multiples of
+// this (absolute positions), each piece streamed by one work item, and the pieces' partial
+// softmaxes merged in ascending order. The cut depends only on the query's range, so one
+// query gives the same bits alone (decode), among a block's rows (verify), and on any number of
+// threads. 512: the split the old decode path kept as a minimum per thread.
+constexpr int64_t kSegment = 512;
+
+// Rows i < m, row i attending to [lo[i], hi[i]); q and out are [m][n_heads][hd]. Items are
+// (KV head, segment), each streaming its K/V rows once for every query of the block that
+// reaches into it. A row within one segment is written and normalized in place; a row that
+// spans several gets per-segment partials (o, max, sum), merged afterwards:
+// out = Σ_s e^{m_s−M}·o_s / Σ_s e^{m_s−M}·l_s, segments in ascending order.
+void AttendRows(const float* q, int64_t m, const int64_t* lo, const int64_t* hi, int n_heads,
+                const KvCacheView& kv, float scale, float* out, ThreadPool* pool) {
   const auto& kt = detail::Active();
   const int hd = kv.head_dim, n_kv = kv.n_kv_heads, rep = n_heads / n_kv;
-  const int64_t len = pos_end - pos_begin;
-  const int threads = pool != nullptr ? pool->size() : 1;
-  // Split each head's positions only when there are fewer heads than threads, keeping at
-  // least 512 positions per split.
-  int64_t splits = 1;
-  if (threads > n_kv) splits = std::min<int64_t>((threads + n_kv - 1) / n_kv, len / 512);
-  splits = std::max<int64_t>(1, splits);
-  const int64_t items = n_kv * splits;
-  std::fill(out, out + static_cast<int64_t>(n_heads) * hd, 0.0f);
-  // Split partials: o [items][rep][hd] plus m and l per query vector.
-  std::vector<float> part_o, part_ml;
-  if (splits > 1) {
-    part_o.assign(static_cast<size_t>(items * rep * hd), 0.0f);
-    part_ml.resize(static_cast<size_t>(items * rep * 2));
+  const int64_t row = static_cast<int64_t>(n_heads) * hd;
+  int64_t first = lo[0] / kSegment, last = (hi[0] - 1) / kSegment, len = 0;
+  bool any_split = false;
+  for (int64_t i = 0; i < m; ++i) {
+    first = std::min(first, lo[i] / kSegment);
+    last = std::max(last, (hi[i] - 1) / kSegment);
+    any_split |= lo[i] / kSegment != (hi[i] - 1) / kSegment;
+    len = std::max(len, hi[i] - lo[i]);
   }
+  const int64_t segs = last - first + 1, items = n_kv * segs;
+  auto split = [&](int64_t i) { return lo[i] / kSegment != (hi[i] - 1) / kSegment; };
+  std::fill(out, out + m * row, 0.0f);
+  // Partials [segment][row][head][hd] and [segment][row][head][2], for rows that span segments.
+  // (The caller's buffers; workers reach them through these pointers, not by name.)
+  thread_local std::vector<float> part_o_buf, part_ml_buf;
+  if (any_split) {
+    part_o_buf.resize(static_cast<size_t>(segs * m * row));
+    part_ml_buf.resize(static_cast<size_t>(segs * m * n_heads * 2));
+  }
+  float* const part_o = part_o_buf.data();
+  float* const part_ml = part_ml_buf.data();
   auto run = [&](size_t b, size_t e, int) {
-    std::vector<QueryState> qs(static_cast<size_t>(rep));
+    std::vector<QueryState> qs(static_cast<size_t>(m * rep));
     CoreScratch sc;
     for (size_t item = b; item < e; ++item) {
-      const int h = static_cast<int>(item / splits);
-      const int64_t sp = static_cast<int64_t>(item % splits);
-      const int64_t lo = pos_begin + len * sp / splits, hi = pos_begin + len * (sp + 1) / splits;
-      for (int j = 0; j < rep; ++j) {
-        const int64_t qi = static_cast<int64_t>(h) * rep + j;
-        float* o = splits > 1 ? part_o.data() + (item * rep + j) * hd : out + qi * hd;
-        qs[static_cast<size_t>(j)] = QueryState{q + qi * hd, o, lo, hi};
+      const int h = static_cast<int>(item / segs);
+      const int64_t sg = static_cast<int64_t>(item % segs);
+      const int64_t s_lo = (first + sg) * kSegment, s_hi = s_lo + kSegment;
+      int nq = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t a = std::max(lo[i], s_lo), z = std::min(hi[i], s_hi);
+        if (a >= z) continue;
+        for (int r = 0; r < rep; ++r) {
+          const int64_t head = static_cast<int64_t>(h) * rep + r;
+          float* o = out + i * row + head * hd;
+          if (split(i)) {
+            o = part_o + (sg * m + i) * row + head * hd;
+            std::fill(o, o + hd, 0.0f);
+          }
+          qs[static_cast<size_t>(nq++)] = QueryState{q + i * row + head * hd, o, a, z};
+        }
       }
-      AttendCore(kt, kv, h, qs.data(), rep, scale, sc);
-      for (int j = 0; j < rep; ++j) {
+      if (nq == 0) continue;
+      AttendCore(kt, kv, h, qs.data(), nq, scale, sc);
+      for (int j = 0; j < nq; ++j) {
         const QueryState& st = qs[static_cast<size_t>(j)];
-        if (splits == 1) {
+        const int64_t off = st.q - q, i = off / row, head = (off % row) / hd;
+        if (!split(i)) {
           kt.scale(st.o, 1.0f / st.l, hd);
         } else {
-          part_ml[(item * rep + j) * 2] = st.m;
-          part_ml[(item * rep + j) * 2 + 1] = st.l;
+          float* ml = part_ml + ((sg * m + i) * n_heads + head) * 2;
+          ml[0] = st.m;
+          ml[1] = st.l;
         }
       }
     }
   };
-  if (pool != nullptr && items > 1 && len * hd * n_kv >= 16384) {
+  if (pool != nullptr && items > 1 && len * hd * n_kv * m >= 16384) {
     // Each item its own chunk: a thread slowed by its core's other hardware thread takes fewer.
     pool->ParallelFor(static_cast<size_t>(items), 1, run, static_cast<int>(items));
   } else {
     run(0, static_cast<size_t>(items), 0);
   }
-  if (splits == 1) return;
-  // Merge: out = Σ_s e^{m_s−M}·o_s / Σ_s e^{m_s−M}·l_s.
-  for (int h = 0; h < n_kv; ++h) {
-    for (int r = 0; r < rep; ++r) {
+  if (!any_split) return;
+  for (int64_t i = 0; i < m; ++i) {
+    if (!split(i)) continue;
+    const int64_t s0 = lo[i] / kSegment - first, s1 = (hi[i] - 1) / kSegment - first;
+    for (int head = 0; head < n_heads; ++head) {
+      auto ml = [&](int64_t sg) { return part_ml + ((sg * m + i) * n_heads + head) * 2; };
       float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t sp = 0; sp < splits; ++sp)
-        mx = std::max(mx, part_ml[((h * splits + sp) * rep + r) * 2]);
-      float* o = out + (static_cast<int64_t>(h) * rep + r) * hd;
+      for (int64_t sg = s0; sg <= s1; ++sg) mx = std::max(mx, ml(sg)[0]);
+      float* o = out + i * row + static_cast<int64_t>(head) * hd;
       float l = 0.0f;
-      for (int64_t sp = 0; sp < splits; ++sp) {
-        const int64_t at = (h * splits + sp) * rep + r;
-        const float f = std::exp(part_ml[at * 2] - mx);
-        l += f * part_ml[at * 2 + 1];
-        kt.axpy(o, f, part_o.data() + at * hd, hd);
+      for (int64_t sg = s0; sg <= s1; ++sg) {
+        const float f = std::exp(ml(sg)[0] - mx);
+        l += f * ml(sg)[1];
+        kt.axpy(o, f, part_o + (sg * m + i) * row + static_cast<int64_t>(head) * hd, hd);
       }
       kt.scale(o, 1.0f / l, hd);
     }
   }
+}
+
+}  // namespace
+
+void AttendOne(const float* q, int n_heads, const KvCacheView& kv, int64_t pos_begin,
+               int64_t pos_end, float scale, float* out, ThreadPool* pool) {
+  CheckKv(n_heads, kv);
+  CHECK_MSG(0 <= pos_begin && pos_begin < pos_end && pos_end - pos_begin <= kv.capacity,
+            "positions [{}, {}) with capacity {}", pos_begin, pos_end, kv.capacity);
+  AttendRows(q, 1, &pos_begin, &pos_end, n_heads, kv, scale, out, pool);
 }
 
 void AttendBlock(const float* q, int64_t m, int64_t q_pos0, int n_heads, const KvCacheView& kv,
@@ -195,6 +243,16 @@ void AttendBlock(const float* q, int64_t m, int64_t q_pos0, int n_heads, const K
   const int64_t oldest = window > 0 ? std::max<int64_t>(0, q_pos0 - window + 1) : 0;
   CHECK_MSG(q_pos0 + m - oldest <= kv.capacity, "KV capacity {} cannot hold positions [{}, {})",
             kv.capacity, oldest, q_pos0 + m);
+  if (m <= kExactRows) {
+    // A verify: every row as AttendOne computes it.
+    int64_t lo[kExactRows], hi[kExactRows];
+    for (int64_t i = 0; i < m; ++i) {
+      lo[i] = window > 0 ? std::max<int64_t>(0, q_pos0 + i - window + 1) : 0;
+      hi[i] = q_pos0 + i + 1;
+    }
+    AttendRows(q, m, lo, hi, n_heads, kv, scale, out, pool);
+    return;
+  }
   const auto& kt = detail::Active();
   const int hd = kv.head_dim, n_kv = kv.n_kv_heads, rep = n_heads / n_kv;
   const int64_t row = static_cast<int64_t>(n_heads) * hd;

@@ -49,6 +49,14 @@ static inline __m128 HorizontalSum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+// sum(v) in HorizontalSum4's order, ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7)): a value summed
+// alone or four at a time rounds the same.
+static inline float HorizontalSumPairs(__m256 v) {
+  __m128 h = _mm_hadd_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_hadd_ps(h, h);
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
 // Lane mask selecting the first n (0..8) lanes, for masked loads and stores of tails.
 static inline __m256i TailMask(int64_t n) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

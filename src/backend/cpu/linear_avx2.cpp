@@ -334,8 +334,14 @@ void MatMulAffineSmallM(const WeightView& w, const float* x, int64_t m, const fl
     case 3:
       MatMulAffineSmall<kBits, kGroup, 3>(w, x, prep, prep_stride, y, r0, r1);
       break;
-    default:
+    case 4:
       MatMulAffineSmall<kBits, kGroup, 4>(w, x, prep, prep_stride, y, r0, r1);
+      break;
+    case 5:
+      MatMulAffineSmall<kBits, kGroup, kBits == 8 ? 5 : 4>(w, x, prep, prep_stride, y, r0, r1);
+      break;
+    default:
+      MatMulAffineSmall<kBits, kGroup, kBits == 8 ? 6 : 4>(w, x, prep, prep_stride, y, r0, r1);
       break;
   }
 }
@@ -657,10 +663,13 @@ void MatVecRows(const WeightView& w, const float* x, const float* prep, float* y
 
 void MatMulPreppedRows(const WeightView& w, const float* x, int64_t m, const float* prep,
                        int64_t prep_stride, float* y, int64_t r0, int64_t r1) {
-  // X rows in ceil(m/4) groups of near-equal size (5 = 3 + 2, not 4 + 1: a group of one
-  // unpacks every block for a single row). With several groups the weight rows go in blocks of
+  // X rows in ceil(m/4) groups (q8: ceil(m/6)) of near-equal size (5 = 3 + 2, not 4 + 1: a group of
+  // one unpacks every block for a single row). With several groups the weight rows go in blocks of
   // 8 (~11 KB of q4 at K = 2,816), so every group after the first finds its block in L1.
-  const int64_t groups = (m + 3) / 4;
+  // 8-bit blocks unpack into 4 registers, not 8: groups of up to 6 rows still fit the registers
+  // and unpack each block fewer times (a 16-row verify: 3 times, not 4).
+  const int64_t per = w.bits == 8 ? 6 : 4;
+  const int64_t groups = (m + per - 1) / per;
   const int64_t block = groups > 1 ? 8 : r1 - r0;
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = Min64(r1, rb + block);

@@ -317,13 +317,18 @@ void MatVecRows(const WeightView& w, const float* x, const float* prep, float* y
 
 void MatMulPreppedRows(const WeightView& w, const float*, int64_t m, const float* prep,
                        int64_t prep_stride, float* y, int64_t r0, int64_t r1) {
-  // Groups of up to 4 x rows; each group streams the weight rows once.
-  for (int64_t i = 0; i < m; i += 4) {
-    const int64_t mi = Min64(4, m - i);
-    if (w.bits == 4)
-      MatMulAffineSmallAny<4>(w, mi, prep + i * prep_stride, prep_stride, y + i * w.rows, r0, r1);
-    else
-      MatMulAffineSmallAny<8>(w, mi, prep + i * prep_stride, prep_stride, y + i * w.rows, r0, r1);
+  // Groups of up to 4 x rows. With several groups the weight rows go in blocks of 8, so every
+  // group after the first finds its block in L1 (a verify of 16 rows reads the weights once).
+  const int64_t block = m > 4 ? 8 : r1 - r0;
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t re = Min64(r1, rb + block);
+    for (int64_t i = 0; i < m; i += 4) {
+      const int64_t mi = Min64(4, m - i);
+      if (w.bits == 4)
+        MatMulAffineSmallAny<4>(w, mi, prep + i * prep_stride, prep_stride, y + i * w.rows, rb, re);
+      else
+        MatMulAffineSmallAny<8>(w, mi, prep + i * prep_stride, prep_stride, y + i * w.rows, rb, re);
+    }
   }
 }
 

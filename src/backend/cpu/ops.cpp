@@ -264,6 +264,50 @@ void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* 
       kMatVecChunksPerThread);
 }
 
+void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
+  CheckWeightView(w);
+  CHECK_MSG(1 <= m && m <= kExactRows, "MatVecBatch of {} rows (1 to {})", m, kExactRows);
+  if (w.rows == 0) return;
+  if (m == 1) {
+    MatVec(w, x, y, pool);
+    return;
+  }
+  if (w.cols == 0) {
+    std::fill(y, y + m * w.rows, 0.0f);
+    return;
+  }
+  const auto& kt = detail::Active();
+  const int64_t stride = (kt.prep_floats(w) + 15) / 16 * 16;
+  float* prep = PrepScratch(std::max<int64_t>(1, stride * m));
+  for (int64_t i = 0; i < m; ++i) kt.prepare_x(w, x + i * w.cols, prep + i * stride);
+  // Affine weights: the kernel that unpacks each block once for up to 4 rows of x (per row the
+  // matvec's instruction sequence). Otherwise the matvec itself, row by row of x over blocks of
+  // weight rows small enough to stay in L2, so the weights still come from memory once.
+  const bool shared = w.type == WeightType::kAffine && kt.matmul_prepped_rows != nullptr;
+  const int64_t block = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, w.RowBytes()));
+  auto run = [&](int64_t r0, int64_t r1) {
+    if (shared) {
+      kt.matmul_prepped_rows(w, x, m, prep, stride, y, r0, r1);
+      return;
+    }
+    for (int64_t rb = r0; rb < r1; rb += block) {
+      const int64_t re = std::min(r1, rb + block);
+      for (int64_t i = 0; i < m; ++i)
+        kt.matvec_rows(w, x + i * w.cols, prep + i * stride, y + i * w.rows + rb, rb, re);
+    }
+  };
+  // Every row of y is computed alone, so how the rows are split does not change any result.
+  const int64_t grain = std::max<int64_t>(8, RowGrain(w, 16) / m);
+  if (!UsePool(pool, w.rows, grain)) {
+    run(0, w.rows);
+    return;
+  }
+  pool->ParallelFor(
+      static_cast<size_t>(w.rows), static_cast<size_t>(grain),
+      [&](size_t b, size_t e, int) { run(static_cast<int64_t>(b), static_cast<int64_t>(e)); },
+      kMatVecChunksPerThread);
+}
+
 void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
   CheckWeightView(w);
   CHECK(m >= 0);

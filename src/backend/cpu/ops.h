@@ -44,10 +44,20 @@ void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* 
 // Y[M, N] = X[M, K]·Wᵀ (row-major X and Y). Each dequantized weight tile is reused for all M
 // rows, so this is much faster than M MatVec calls.
 void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool);
-// y = W·x for m rows: MatVec for one row (decode), MatMul (weights reused across rows) otherwise.
+// Up to this many rows, Linear and AttendBlock give every row the bits the one-row call (MatVec,
+// AttendOne) gives it: a speculative verify of k <= kExactRows tokens yields exactly the logits
+// of k decode steps, so it emits exactly plain decoding's tokens. 16: DFlash's block size.
+inline constexpr int64_t kExactRows = 16;
+// Y[M, N] = X[M, K]·Wᵀ for m <= kExactRows rows, each row bitwise MatVec's: the matvec kernel
+// over several x rows, with each block of weights read from memory once for all of them.
+void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool);
+// y = W·x for m rows: MatVec for one row (decode), MatVecBatch for a verify's few, MatMul
+// (packed panels, faster for many rows, rounded differently) for prefill.
 inline void Linear(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
   if (m == 1)
     MatVec(w, x, y, pool);
+  else if (m <= kExactRows)
+    MatVecBatch(w, x, m, y, pool);
   else
     MatMul(w, x, m, y, pool);
 }
@@ -119,7 +129,8 @@ void KvStore(float* k_cache, float* v_cache, int n_kv_heads, int head_dim, int64
 void AttendOne(const float* q, int n_heads, const KvCacheView& kv, int64_t pos_begin,
                int64_t pos_end, float scale, float* out, ThreadPool* pool);
 
-// A block of m queries at positions q_pos0 … q_pos0+m−1 (prefill). q and out are
+// A block of m queries at positions q_pos0 … q_pos0+m−1 (prefill, verify). For m <= kExactRows
+// each row is bitwise what AttendOne gives that query over its window. q and out are
 // [m][n_heads][head_dim]. Query at position p sees keys τ with τ <= p and, when window > 0,
 // p − τ < window. The block's own K/V must already be stored, and every needed key must still
 // be resident: for a ring buffer that means capacity >= window + m − 1.

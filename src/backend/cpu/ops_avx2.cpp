@@ -184,7 +184,10 @@ float Dot(const float* a, const float* b, int64_t n) {
 }
 
 // Score tile: kQ queries × kT keys, 12 accumulators at most; each q and k load feeds several
-// FMAs. The tail of head_dim past a multiple of 8 is summed in scalar.
+// FMAs. The tail of head_dim past a multiple of 8 is summed in scalar. Every score takes the
+// same operations whatever kQ and kT are (one accumulator over d, summed in one order, then the
+// tail), so a score does not depend on how many queries or keys shared the call: a verify's rows
+// score their keys as decode does.
 template <int kQ, int kT>
 void ScoreTile(const float* const* q, const float* k, int hd, float scale, float* s, int64_t lds) {
   __m256 acc[kQ][kT];
@@ -211,7 +214,7 @@ void ScoreTile(const float* const* q, const float* k, int hd, float scale, float
       _mm_store_ps(d4, HorizontalSum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
     } else {
       RW_UNROLL
-      for (int t = 0; t < kT; ++t) d4[t] = HorizontalSum(acc[i][t]);
+      for (int t = 0; t < kT; ++t) d4[t] = HorizontalSumPairs(acc[i][t]);
     }
     RW_UNROLL
     for (int t = 0; t < kT; ++t) {
@@ -242,35 +245,18 @@ void ScoreRowTiles(const float* const* q, const float* k, int64_t n, int hd, flo
   for (; t < n; ++t) ScoreTile<kQ, 1>(q, k + t * hd, hd, scale, s + t, lds);
 }
 
-// One or two queries (decode on a layer with two query heads per KV head): one key row at a
-// time, a single sequential stream, with two accumulators per query to halve the FMA chain.
-// Interleaving four rows as the tiles do streamed half as fast from DRAM.
+// One or two queries (decode on a layer with two query heads per KV head): two key rows at a
+// time (adjacent, so still one sequential stream) with one accumulator per query and row, as
+// every tile has. Interleaving four rows as the tiles do streamed half as fast from DRAM.
 template <int kQ>
 void ScoreRowsSequential(const float* const* q, const float* k, int64_t n, int hd, float scale,
                          float* s, int64_t lds) {
-  const int hd16 = hd & ~15;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* kr = k + t * hd;
-    PrefetchKvRows(kr + kKvPrefetchRows * hd, hd, 1);
-    __m256 a0[kQ], a1[kQ];
-    RW_UNROLL
-    for (int i = 0; i < kQ; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
-    int d = 0;
-    for (; d < hd16; d += 16) {
-      const __m256 k0 = _mm256_loadu_ps(kr + d), k1 = _mm256_loadu_ps(kr + d + 8);
-      RW_UNROLL
-      for (int i = 0; i < kQ; ++i) {
-        a0[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), k0, a0[i]);
-        a1[i] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d + 8), k1, a1[i]);
-      }
-    }
-    RW_UNROLL
-    for (int i = 0; i < kQ; ++i) {
-      float dot = HorizontalSum(_mm256_add_ps(a0[i], a1[i]));
-      for (int e = d; e < hd; ++e) dot += q[i][e] * kr[e];
-      s[i * lds + t] = scale * dot;
-    }
+  int64_t t = 0;
+  for (; t + 2 <= n; t += 2) {
+    PrefetchKvRows(k + (t + kKvPrefetchRows) * hd, hd, 2);
+    ScoreTile<kQ, 2>(q, k + t * hd, hd, scale, s + t, lds);
   }
+  if (t < n) ScoreTile<kQ, 1>(q, k + t * hd, hd, scale, s + t, lds);
 }
 
 void Scores(const float* const* q, int nq, const float* k, int64_t n, int hd, float scale, float* s,
@@ -427,11 +413,16 @@ void Pv(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int hd, 
       }
     }
   }
-  // Columns past a multiple of 16, one query at a time.
+  // Columns past a multiple of 16, one query at a time, rounded as PvRows rounds them (fused
+  // below a multiple of 8, multiply then add past it) so the result does not depend on nq.
+  const int hd8 = hd & ~7;
   for (int j = 0; j < nq; ++j) {
     for (int c = hd16; c < hd; ++c) {
       float acc = o[j][c];
-      for (int64_t t = 0; t < n; ++t) acc += p[j * ldp + t] * v[t * hd + c];
+      for (int64_t t = 0; t < n; ++t)
+        acc = c < hd8 ? _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(p[j * ldp + t]),
+                                                   _mm_set_ss(v[t * hd + c]), _mm_set_ss(acc)))
+                      : acc + p[j * ldp + t] * v[t * hd + c];
       o[j][c] = acc;
     }
   }
