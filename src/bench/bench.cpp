@@ -185,6 +185,7 @@ ExpertStoreStats Diff(const ExpertStoreStats& a, const ExpertStoreStats& b) {
   d.checksum_failures = b.checksum_failures - a.checksum_failures;
   d.evicted = b.evicted - a.evicted;
   d.dropped = b.dropped - a.dropped;
+  d.dropped_reread = b.dropped_reread - a.dropped_reread;
   d.wait_seconds = b.wait_seconds - a.wait_seconds;
   return d;
 }

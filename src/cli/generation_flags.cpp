@@ -30,7 +30,7 @@ void AddEngineFlags(Flags& flags) {
   flags.String("io-backend", "auto",
                "expert reads: auto (io_uring where the kernel allows it, else pread), io_uring, "
                "pread");
-  flags.String("early-expert-read", "off",
+  flags.String("early-expert-read", "router",
                "read the next layer's likely experts early: off, router (its router on the "
                "current hidden state) or fitted (a predictor made by redwing fit-predictor)");
   flags.String("lock-core", "on",
