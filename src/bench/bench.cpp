@@ -681,6 +681,7 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
   rep.prefill_chunk = engine->prefill_chunk();
   rep.prefill_span = engine->prefill_span();
   rep.backend = BackendName(engine->backend());
+  rep.kv_type = engine->kv_type();
   rep.cuda_experts = engine->cuda_expert_path();
   const ExpertStore* store = engine->model().experts();
   rep.expert_store = store != nullptr ? store->kind() : "none";

@@ -95,7 +95,7 @@ std::optional<DecodeMemoryBound> MemoryBound(const BenchReport& r, const BenchCa
   if (!r.memory || c.decode.tokens == 0) return std::nullopt;
   return MemoryBoundOfDecode(r.config, *r.memory, r.core_bytes_per_token,
                              c.decode.experts.bytes_acquired, c.prompt_tokens, c.decode.tokens,
-                             c.decode.seconds);
+                             c.decode.seconds, static_cast<int>(cpu::KvTypeBytes(r.kv_type)));
 }
 
 // The headline of a streaming run: decode time per token over max(compute, disk), the time it
@@ -146,6 +146,7 @@ Json BenchReportToJson(const BenchReport& r) {
                   {"io_backend", r.io_backend},
                   {"core_lock", r.core_lock},
                   {"early_expert_read", EarlyReadName(o.engine.early_expert_read)},
+                  {"kv_type", KvTypeName(r.kv_type)},
                   {"threads", r.threads},
                   {"prefill_chunk", r.prefill_chunk},
                   {"prefill_span", r.prefill_span},
@@ -281,10 +282,12 @@ std::string BenchReportTable(const BenchReport& r) {
           ? fmt::format(" (VRAM budget {}; store columns: the VRAM expert cache)",
                         FormatBytes(r.options.engine.vram_budget))
           : std::string(r.backend == "cuda" ? " (every expert resident in VRAM)" : "")));
-  line(fmt::format("store {} ({}, {} reads in flight, early reads {}), {} threads{}; load {:.2f} s",
-                   r.expert_store, r.io_backend, r.options.engine.io_threads,
-                   EarlyReadName(r.options.engine.early_expert_read), r.threads,
-                   r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
+  line(fmt::format(
+      "store {} ({}, {} reads in flight, early reads {}), {} threads, {} KV cache{}; "
+      "load {:.2f} s",
+      r.expert_store, r.io_backend, r.options.engine.io_threads,
+      EarlyReadName(r.options.engine.early_expert_read), r.threads, KvTypeName(r.kv_type),
+      r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
   line(fmt::format(
       "prefill: chunks of {} tokens{}", r.prefill_chunk,
       r.prefill_span > 0

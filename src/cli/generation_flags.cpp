@@ -33,6 +33,9 @@ void AddEngineFlags(Flags& flags) {
   flags.String("early-expert-read", "router",
                "read the next layer's likely experts early: off, router (its router on the "
                "current hidden state) or fitted (a predictor made by redwing fit-predictor)");
+  flags.String("kv-type", "default",
+               "cpu: the KV cache's element type: f32 (the reference), bf16 or f16 (half the "
+               "bytes); default: f16 on the CPU, f32 on CUDA");
   flags.String("lock-core", "on",
                "on: lock the core weights in memory (mlock) so memory pressure evicts only "
                "expert pages; off: leave them to the page cache");
@@ -92,6 +95,12 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   o.lock_core = lock == "on";
   RW_ASSIGN_OR_RETURN(o.backend, Flag(ParseBackendKind, flags, "backend"));
   const bool cuda = o.backend == BackendKind::kCuda;
+  // "default": the measured choice on the CPU; the CUDA backend's cache is fp32.
+  if (flags.GetString("kv-type") == "default") {
+    o.kv_type = !cuda ? kDefaultKvType : KvType::kF32;
+  } else {
+    RW_ASSIGN_OR_RETURN(o.kv_type, Flag(ParseKvType, flags, "kv-type"));
+  }
   RW_ASSIGN_OR_RETURN(unsigned long long vram,
                       ParseByteSize(flags.GetString("vram-budget"), "--vram-budget"));
   if (vram > 0 && !cuda)

@@ -341,8 +341,8 @@ void ForwardPass::Attention(int li, KvCache& kv, int64_t m, int64_t pos0, Thread
                   sin + t * half);
     cpu::RopeNeox(&k_[t * kvdim], static_cast<int>(nkv), static_cast<int>(hd), cos + t * half,
                   sin + t * half);
-    cpu::KvStore(kv.k(li), kv.v(li), static_cast<int>(nkv), static_cast<int>(hd), kv.capacity(li),
-                 pos0 + t, &k_[t * kvdim], &v_[t * kvdim]);
+    cpu::KvStore(kv.k_data(li), kv.v_data(li), kv.type(), static_cast<int>(nkv),
+                 static_cast<int>(hd), kv.capacity(li), pos0 + t, &k_[t * kvdim], &v_[t * kvdim]);
   }
   dump_.Write("q", li, q_.data(), m, qdim);
   dump_.Write("k", li, k_.data(), m, kvdim);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "base/bf16.h"
 #include "base/check.h"
 
 namespace rw::cpu {
@@ -57,8 +58,10 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
     lo = std::min(lo, qs[j].lo);
     hi = std::max(hi, qs[j].hi);
   }
-  const float* k_head = kv.k + static_cast<int64_t>(h) * cap * hd;
-  const float* v_head = kv.v + static_cast<int64_t>(h) * cap * hd;
+  // Element e of head h's rows, as bytes: the kernels for kv.type read them.
+  const int64_t eb = KvTypeBytes(kv.type);
+  const char* k_head = static_cast<const char*>(kv.k) + static_cast<int64_t>(h) * cap * hd * eb;
+  const char* v_head = static_cast<const char*>(kv.v) + static_cast<int64_t>(h) * cap * hd * eb;
   for (int64_t c0 = lo; c0 < hi;) {
     const int64_t slot0 = c0 % cap;
     const int64_t c1 = std::min({hi, c0 + chunk, c0 + (cap - slot0)});
@@ -72,7 +75,21 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
       ++na;
     }
     if (na > 0) {
-      kt.scores(sc.q.data(), na, k_head + slot0 * hd, n, hd, scale, sc.s.data(), chunk);
+      const char* k_rows = k_head + slot0 * hd * eb;
+      switch (kv.type) {
+        case KvType::kF32:
+          kt.scores(sc.q.data(), na, reinterpret_cast<const float*>(k_rows), n, hd, scale,
+                    sc.s.data(), chunk);
+          break;
+        case KvType::kBf16:
+          kt.scores_bf16(sc.q.data(), na, reinterpret_cast<const uint16_t*>(k_rows), n, hd, scale,
+                         sc.s.data(), chunk);
+          break;
+        case KvType::kF16:
+          kt.scores_f16(sc.q.data(), na, reinterpret_cast<const uint16_t*>(k_rows), n, hd, scale,
+                        sc.s.data(), chunk);
+          break;
+      }
       for (int a = 0; a < na; ++a) {
         QueryState& st = qs[sc.active[a]];
         float* row = sc.s.data() + a * chunk;
@@ -90,7 +107,20 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
         std::fill(row, row + b, 0.0f);
         std::fill(row + e, row + n, 0.0f);
       }
-      kt.pv(sc.s.data(), chunk, na, n, v_head + slot0 * hd, hd, sc.o.data());
+      const char* v_rows = v_head + slot0 * hd * eb;
+      switch (kv.type) {
+        case KvType::kF32:
+          kt.pv(sc.s.data(), chunk, na, n, reinterpret_cast<const float*>(v_rows), hd, sc.o.data());
+          break;
+        case KvType::kBf16:
+          kt.pv_bf16(sc.s.data(), chunk, na, n, reinterpret_cast<const uint16_t*>(v_rows), hd,
+                     sc.o.data());
+          break;
+        case KvType::kF16:
+          kt.pv_f16(sc.s.data(), chunk, na, n, reinterpret_cast<const uint16_t*>(v_rows), hd,
+                    sc.o.data());
+          break;
+      }
     }
     c0 = c1;
   }
@@ -104,14 +134,29 @@ void CheckKv(int n_heads, const KvCacheView& kv) {
 
 }  // namespace
 
-void KvStore(float* k_cache, float* v_cache, int n_kv_heads, int head_dim, int64_t capacity,
-             int64_t pos, const float* k, const float* v) {
+void KvStore(void* k_cache, void* v_cache, KvType type, int n_kv_heads, int head_dim,
+             int64_t capacity, int64_t pos, const float* k, const float* v) {
   CHECK(pos >= 0 && capacity > 0);
   const int64_t slot = pos % capacity;
+  auto store = [&](const float* src, void* cache, int64_t dst) {
+    switch (type) {
+      case KvType::kF32:
+        std::copy(src, src + head_dim, static_cast<float*>(cache) + dst);
+        break;
+      case KvType::kBf16:
+        for (int d = 0; d < head_dim; ++d)
+          static_cast<uint16_t*>(cache)[dst + d] = F32ToBf16(src[d]);
+        break;
+      case KvType::kF16:
+        for (int d = 0; d < head_dim; ++d)
+          static_cast<uint16_t*>(cache)[dst + d] = F32ToF16(src[d]);
+        break;
+    }
+  };
   for (int h = 0; h < n_kv_heads; ++h) {
     const int64_t dst = (h * capacity + slot) * head_dim;
-    if (k != nullptr) std::copy(k + h * head_dim, k + (h + 1) * head_dim, k_cache + dst);
-    if (v != nullptr) std::copy(v + h * head_dim, v + (h + 1) * head_dim, v_cache + dst);
+    if (k != nullptr) store(k + h * head_dim, k_cache, dst);
+    if (v != nullptr) store(v + h * head_dim, v_cache, dst);
   }
 }
 
