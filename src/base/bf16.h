@@ -28,7 +28,9 @@ inline float RoundToBf16(float f) {
   return Bf16ToF32(F32ToBf16(f));
 }
 
-// IEEE half, for sources that store f16 (conversion only; never an activation dtype).
+// IEEE half, for sources that store f16 and the fp16 KV cache (storage only; never an activation
+// dtype). F32ToF16 rounds to nearest even; beyond ±65504 it gives ±infinity.
 float F16ToF32(uint16_t h);
+uint16_t F32ToF16(float f);
 
 }  // namespace rw

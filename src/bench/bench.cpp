@@ -186,6 +186,7 @@ ExpertStoreStats Diff(const ExpertStoreStats& a, const ExpertStoreStats& b) {
   d.checksum_failures = b.checksum_failures - a.checksum_failures;
   d.evicted = b.evicted - a.evicted;
   d.dropped = b.dropped - a.dropped;
+  d.dropped_reread = b.dropped_reread - a.dropped_reread;
   d.wait_seconds = b.wait_seconds - a.wait_seconds;
   return d;
 }
@@ -684,6 +685,7 @@ Result<BenchReport> RunBench(const BenchOptions& options) {
   rep.prefill_chunk = engine->prefill_chunk();
   rep.prefill_span = engine->prefill_span();
   rep.backend = BackendName(engine->backend());
+  rep.kv_type = engine->kv_type();
   rep.cuda_experts = engine->cuda_expert_path();
   const ExpertStore* store = engine->model().experts();
   rep.expert_store = store != nullptr ? store->kind() : "none";

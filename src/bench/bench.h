@@ -208,13 +208,14 @@ struct BenchReport {
   BenchOptions options;
   std::string model_dir;
   ModelConfig config;
-  std::string backend;       // cpu | cuda
-  std::string cuda_experts;  // cuda: resident | mapped | copy
-  std::string expert_store;  // the store's kind()
-  std::string io_backend;    // the store's io_backend()
-  std::string core_lock;     // "locked", or why the core's pages are not locked in memory
-  std::string memory_plan;   // slots: the planner's description
-  std::string decode_mode;   // how the decode stream was made (sampling parameters)
+  std::string backend;            // cpu | cuda
+  std::string cuda_experts;       // cuda: resident | mapped | copy
+  std::string expert_store;       // the store's kind()
+  std::string io_backend;         // the store's io_backend()
+  std::string core_lock;          // "locked", or why the core's pages are not locked in memory
+  KvType kv_type = KvType::kF32;  // the CPU backend's KV cache
+  std::string memory_plan;        // slots: the planner's description
+  std::string decode_mode;        // how the decode stream was made (sampling parameters)
   uint64_t core_bytes = 0, expert_bytes = 0;
   std::optional<PageCacheDrop> cold_drop;
   std::optional<DiskProbeResult> disk;      // the disk probe, when it ran

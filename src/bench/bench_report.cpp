@@ -1,5 +1,6 @@
 // The bench's output: the JSON report (format redwing-bench/1) and the readable table, with
-// each decode case set against the storage and memory-bandwidth bounds the probes measured.
+// each decode case set against max(compute, disk) and the memory-bandwidth bound the probes
+// measured.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -35,6 +36,17 @@ Json PhaseJson(const PhaseStats& p) {
                         {"router_experts", p.parts.moe_s},
                         {"head", p.parts.head_s}};
   j["experts_run"] = p.parts.experts_run;
+  // The early reads' guesses for the next layer against its choice (decode only).
+  j["early_reads"] = {
+      {"guessed", p.parts.early_guessed},
+      {"right", p.parts.early_right},
+      {"chosen", p.parts.early_chosen},
+      {"recall", OrNull(static_cast<double>(p.parts.early_right) /
+                            static_cast<double>(std::max<int64_t>(1, p.parts.early_chosen)),
+                        p.parts.early_chosen > 0)},
+      {"precision", OrNull(static_cast<double>(p.parts.early_right) /
+                               static_cast<double>(std::max<int64_t>(1, p.parts.early_guessed)),
+                           p.parts.early_guessed > 0)}};
   const double hr = p.hit_rate();
   j["experts"] = {{"acquires", p.experts.acquires},
                   {"hits", p.experts.hits},
@@ -46,6 +58,7 @@ Json PhaseJson(const PhaseStats& p) {
                   {"prefetch_used", p.experts.prefetch_used},
                   {"evicted_by_kernel", p.experts.evicted},
                   {"dropped_by_store", p.experts.dropped},
+                  {"dropped_then_read_again", p.experts.dropped_reread},
                   {"checksum_failures", p.experts.checksum_failures},
                   {"wait_seconds", p.experts.wait_seconds}};
   j["storage"] = {{"source", "/proc/self/io read_bytes"},
@@ -54,8 +67,9 @@ Json PhaseJson(const PhaseStats& p) {
                   {"read_bytes_per_token", OrNull(p.io.read_bytes / n, any && p.io.available)},
                   {"rchar", p.io.rchar}};
   j["io_wait_per_token_s"] = OrNull(p.experts.wait_seconds / n, any);
-  j["compute_per_token_s"] =
-      OrNull(std::max(0.0, p.forward_seconds - p.experts.wait_seconds) / n, any);
+  j["stall_per_token_s"] = OrNull(p.parts.stall_s / n, any);
+  // Forward time minus the stalls (see Hidden below).
+  j["compute_per_token_s"] = OrNull(std::max(0.0, p.forward_seconds - p.parts.stall_s) / n, any);
   return j;
 }
 
@@ -76,30 +90,40 @@ std::string Mib(uint64_t b) {
 
 }  // namespace
 
-// Decode against the storage bound: bytes the kernel fetched from storage per decoded token
-// over the probe's parallel bandwidth. Empty without a probe, or when decode read under 1 MB
-// per token (a warm run has no storage bound worth the name).
 namespace {
-struct StorageBoundFigures {
-  double bytes_per_token = 0, bound_s = 0, actual_s = 0, ratio = 0;
-};
 std::optional<DecodeMemoryBound> MemoryBound(const BenchReport& r, const BenchCase& c) {
   if (!r.memory || c.decode.tokens == 0) return std::nullopt;
   return MemoryBoundOfDecode(r.config, *r.memory, r.core_bytes_per_token,
                              c.decode.experts.bytes_acquired, c.prompt_tokens, c.decode.tokens,
-                             c.decode.seconds);
+                             c.decode.seconds, static_cast<int>(cpu::KvTypeBytes(r.kv_type)));
 }
-std::optional<StorageBoundFigures> StorageBound(const BenchReport& r, const BenchCase& c) {
-  if (!r.disk || r.disk->parallel_gb_s <= 0 || !c.decode.io.available || c.decode.tokens == 0)
+
+// The headline of a streaming run: decode time per token over max(compute, disk), the time it
+// would take if every read were hidden behind compute or every computation behind the reads.
+//   compute: the forward time minus the stalls (wall time in which a thread waited for an expert
+//            read and none computed), measured in the same run on the same stream, so it
+//            includes what the reads cost the cores (copies, checksums, faults);
+//   disk:    bytes the kernel fetched from storage (/proc/self/io) over the disk probe's rate.
+// Empty without a probe or a decode phase.
+struct HiddenFigures {
+  double decode_s = 0, compute_s = 0, stall_s = 0, disk_bytes = 0, disk_s = 0, ratio = 0;
+  const char* bound_by() const { return disk_s > compute_s ? "disk" : "compute"; }
+};
+std::optional<HiddenFigures> Hidden(const BenchReport& r, const BenchCase& c) {
+  if (!r.disk || r.disk->parallel_gb_s <= 0 || !c.decode.io.available || c.decode.tokens == 0 ||
+      c.decode.forward_seconds <= 0)
     return std::nullopt;
-  StorageBoundFigures b;
+  HiddenFigures h;
   const double n = static_cast<double>(c.decode.tokens);
-  b.bytes_per_token = static_cast<double>(c.decode.io.read_bytes) / n;
-  if (b.bytes_per_token < 1e6) return std::nullopt;
-  b.bound_s = b.bytes_per_token / (r.disk->parallel_gb_s * 1e9);
-  b.actual_s = c.decode.seconds / n;
-  b.ratio = b.actual_s / b.bound_s;
-  return b;
+  h.decode_s = c.decode.seconds / n;
+  h.stall_s = c.decode.parts.stall_s / n;
+  h.compute_s = std::max(0.0, c.decode.forward_seconds - c.decode.parts.stall_s) / n;
+  h.disk_bytes = static_cast<double>(c.decode.io.read_bytes) / n;
+  h.disk_s = h.disk_bytes / (r.disk->parallel_gb_s * 1e9);
+  const double bound = std::max(h.compute_s, h.disk_s);
+  if (bound <= 0) return std::nullopt;
+  h.ratio = h.decode_s / bound;
+  return h;
 }
 }  // namespace
 
@@ -127,6 +151,7 @@ Json BenchReportToJson(const BenchReport& r) {
                   {"io_backend", r.io_backend},
                   {"core_lock", r.core_lock},
                   {"early_expert_read", EarlyReadName(o.engine.early_expert_read)},
+                  {"kv_type", KvTypeName(r.kv_type)},
                   {"threads", r.threads},
                   {"prefill_chunk", r.prefill_chunk},
                   {"prefill_span", r.prefill_span},
@@ -191,13 +216,20 @@ Json BenchReportToJson(const BenchReport& r) {
         {"distinct_experts_per_layer",
          c.distinct_experts_per_layer.empty() ? Json(nullptr) : Json(c.distinct_experts_per_layer)},
         {"note", c.routing_note}};
-    if (const auto b = StorageBound(r, c))
-      cj["decode"]["storage_bound"] = {{"disk_bytes_per_token", b->bytes_per_token},
-                                       {"bound_seconds_per_token", b->bound_s},
-                                       {"seconds_per_token", b->actual_s},
-                                       {"ratio", b->ratio}};
+    if (const auto h = Hidden(r, c))
+      cj["decode"]["vs_compute_and_disk"] = {
+          {"seconds_per_token", h->decode_s},
+          {"compute_seconds_per_token", h->compute_s},
+          {"stall_seconds_per_token", h->stall_s},
+          {"disk_bytes_per_token", h->disk_bytes},
+          {"disk_seconds_per_token", h->disk_s},
+          {"bound_by", h->bound_by()},
+          {"ratio", h->ratio},
+          {"compute_method",
+           "forward time minus stalls (a thread waiting for an expert read, none computing), "
+           "same run"}};
     else
-      cj["decode"]["storage_bound"] = nullptr;
+      cj["decode"]["vs_compute_and_disk"] = nullptr;
     if (const auto m = MemoryBound(r, c))
       cj["decode"]["memory_bound"] = {{"weight_bytes_per_token", m->weight_bytes_per_token},
                                       {"kv_bytes_per_token", m->kv_bytes_per_token},
@@ -274,10 +306,12 @@ std::string BenchReportTable(const BenchReport& r) {
           ? fmt::format(" (VRAM budget {}; store columns: the VRAM expert cache)",
                         FormatBytes(r.options.engine.vram_budget))
           : std::string(r.backend == "cuda" ? " (every expert resident in VRAM)" : "")));
-  line(fmt::format("store {} ({}, {} reads in flight, early reads {}), {} threads{}; load {:.2f} s",
-                   r.expert_store, r.io_backend, r.options.engine.io_threads,
-                   EarlyReadName(r.options.engine.early_expert_read), r.threads,
-                   r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
+  line(fmt::format(
+      "store {} ({}, {} reads in flight, early reads {}), {} threads, {} KV cache{}; "
+      "load {:.2f} s",
+      r.expert_store, r.io_backend, r.options.engine.io_threads,
+      EarlyReadName(r.options.engine.early_expert_read), r.threads, KvTypeName(r.kv_type),
+      r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
   line(fmt::format(
       "prefill: chunks of {} tokens{}", r.prefill_chunk,
       r.prefill_span > 0
@@ -324,7 +358,7 @@ std::string BenchReportTable(const BenchReport& r) {
         d.io.available ? fmt::format("{:.1f}", d.io.read_bytes / n / 1e6) : std::string("n/a"),
         hr >= 0 ? fmt::format("{:.1f}%", 100 * hr) : std::string("-"),
         1e3 * d.experts.wait_seconds / n,
-        1e3 * std::max(0.0, d.forward_seconds - d.experts.wait_seconds) / n));
+        1e3 * std::max(0.0, d.forward_seconds - d.parts.stall_s) / n));
   }
   for (const BenchCase& c : r.cases) {
     const auto& sp = c.speculation;
@@ -359,7 +393,8 @@ std::string BenchReportTable(const BenchReport& r) {
   line(
       "decode tok/s counts forward passes and sampling, (fwd) the forward passes alone; rd/t: "
       "bytes read per decoded token by the store and by the kernel (/proc/self/io); wait: "
-      "summed over the threads that waited; compute: forward time minus wait");
+      "summed over the threads that waited; compute: forward time minus the stalls (a thread "
+      "waiting for a read while none computed)");
   if (r.backend == "cuda") {
     for (const BenchCase& c : r.cases)
       line(
@@ -413,12 +448,19 @@ std::string BenchReportTable(const BenchReport& r) {
         c.prefill.io.available ? Mb(static_cast<double>(c.prefill.io.read_bytes)) : "n/a",
         phr >= 0 ? fmt::format("{:.1f}%", 100 * phr) : std::string("-"), c.distinct_generated,
         c.generated.size(), c.distinct_experts_per_layer.empty() ? c.routing_note : "see JSON"));
-    if (const auto b = StorageBound(r, c))
+    if (const ForwardStats& d = c.decode.parts; d.early_guessed > 0)
       line(
-          fmt::format("  {:>5}: storage bound {:.0f} ms per decoded token ({} from disk at "
-                      "{:.2f} GB/s); decode took {:.0f} ms, {:.2f}x the bound",
-                      c.prompt_tokens, 1e3 * b->bound_s, Mb(b->bytes_per_token),
-                      r.disk->parallel_gb_s, 1e3 * b->actual_s, b->ratio));
+          fmt::format("  {:>5}: early reads guessed {} experts for next layers, {} right: recall "
+                      "{:.1f}%, precision {:.1f}%",
+                      c.prompt_tokens, d.early_guessed, d.early_right,
+                      100.0 * d.early_right / std::max<int64_t>(1, d.early_chosen),
+                      100.0 * d.early_right / d.early_guessed));
+    if (const auto h = Hidden(r, c))
+      line(fmt::format(
+          "  {:>5}: decode {:.0f} ms per token = {:.2f}x max(compute {:.0f} ms, disk {:.0f} ms: "
+          "{} at {:.2f} GB/s); stalled on reads {:.0f} ms",
+          c.prompt_tokens, 1e3 * h->decode_s, h->ratio, 1e3 * h->compute_s, 1e3 * h->disk_s,
+          Mb(h->disk_bytes), r.disk->parallel_gb_s, 1e3 * h->stall_s));
     if (const auto m = MemoryBound(r, c))
       line(
           fmt::format("  {:>5}: memory bound {:.0f} ms per decoded token ({} of weights + {} of "

@@ -60,7 +60,7 @@ Result<MemoryProbeResult> ProbeMemoryRead(ThreadPool* pool, uint64_t bytes, int 
   return r;
 }
 
-uint64_t KvBytesReadAt(const ModelConfig& c, int64_t pos) {
+uint64_t KvBytesReadAt(const ModelConfig& c, int64_t pos, int value_bytes) {
   uint64_t total = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const bool sliding = c.layer_types[l] == LayerKind::kSliding;
@@ -68,21 +68,23 @@ uint64_t KvBytesReadAt(const ModelConfig& c, int64_t pos) {
     int64_t seen = pos + 1;
     if (sliding && c.sliding_window > 0) seen = std::min<int64_t>(seen, c.sliding_window);
     total += static_cast<uint64_t>(seen) * static_cast<uint64_t>(g.num_kv_heads) *
-             static_cast<uint64_t>(g.head_dim) * 2 * sizeof(float);
+             static_cast<uint64_t>(g.head_dim) * 2 * static_cast<uint64_t>(value_bytes);
   }
   return total;
 }
 
 DecodeMemoryBound MemoryBoundOfDecode(const ModelConfig& c, const MemoryProbeResult& probe,
                                       uint64_t core_bytes_per_token, uint64_t expert_bytes,
-                                      int64_t first_pos, int64_t tokens, double seconds) {
+                                      int64_t first_pos, int64_t tokens, double seconds,
+                                      int kv_value_bytes) {
   DecodeMemoryBound b;
   if (tokens <= 0 || probe.gb_s <= 0) return b;
   const double n = static_cast<double>(tokens);
   b.weight_bytes_per_token =
       static_cast<double>(core_bytes_per_token) + static_cast<double>(expert_bytes) / n;
   double kv = 0;
-  for (int64_t i = 0; i < tokens; ++i) kv += static_cast<double>(KvBytesReadAt(c, first_pos + i));
+  for (int64_t i = 0; i < tokens; ++i)
+    kv += static_cast<double>(KvBytesReadAt(c, first_pos + i, kv_value_bytes));
   b.kv_bytes_per_token = kv / n;
   b.bound_s = (b.weight_bytes_per_token + b.kv_bytes_per_token) / (probe.gb_s * 1e9);
   b.actual_s = seconds / n;

@@ -24,9 +24,10 @@ struct MemoryProbeResult {
 Result<MemoryProbeResult> ProbeMemoryRead(ThreadPool* pool, uint64_t bytes = uint64_t{256} << 20,
                                           int passes = 3);
 
-// Bytes of KV cache one decode step at position `pos` reads on the CPU: fp32 K and V of every
-// position each layer attends to (a sliding layer the last sliding_window, a full layer all).
-uint64_t KvBytesReadAt(const ModelConfig& c, int64_t pos);
+// Bytes of KV cache one decode step at position `pos` reads on the CPU: K and V (value_bytes
+// each value: 4 for fp32, 2 for a half cache) of every position each layer attends to (a
+// sliding layer the last sliding_window, a full layer all).
+uint64_t KvBytesReadAt(const ModelConfig& c, int64_t pos, int value_bytes = 4);
 
 // A CPU decode run against the memory-bandwidth bound: the bytes each token touched (the core's
 // weights, head included, the experts it acquired, the KV cache it read) over the probe's rate.
@@ -40,6 +41,7 @@ struct DecodeMemoryBound {
 // expert_bytes of experts in all.
 DecodeMemoryBound MemoryBoundOfDecode(const ModelConfig& c, const MemoryProbeResult& probe,
                                       uint64_t core_bytes_per_token, uint64_t expert_bytes,
-                                      int64_t first_pos, int64_t tokens, double seconds);
+                                      int64_t first_pos, int64_t tokens, double seconds,
+                                      int kv_value_bytes = 4);
 
 }  // namespace rw

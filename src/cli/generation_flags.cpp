@@ -31,9 +31,12 @@ void AddEngineFlags(Flags& flags) {
   flags.String("io-backend", "auto",
                "expert reads: auto (io_uring where the kernel allows it, else pread), io_uring, "
                "pread");
-  flags.String("early-expert-read", "off",
+  flags.String("early-expert-read", "router",
                "read the next layer's likely experts early: off, router (its router on the "
                "current hidden state) or fitted (a predictor made by redwing fit-predictor)");
+  flags.String("kv-type", "f32",
+               "cpu: the KV cache's element type: f32 (the reference), bf16 or f16 (half the "
+               "bytes, at ~1% logits error); CUDA: f32 only");
   flags.String("lock-core", "on",
                "on: lock the core weights in memory (mlock) so memory pressure evicts only "
                "expert pages; off: leave them to the page cache");
@@ -93,6 +96,7 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   o.lock_core = lock == "on";
   RW_ASSIGN_OR_RETURN(o.backend, Flag(ParseBackendKind, flags, "backend"));
   const bool cuda = o.backend == BackendKind::kCuda;
+  RW_ASSIGN_OR_RETURN(o.kv_type, Flag(ParseKvType, flags, "kv-type"));
   RW_ASSIGN_OR_RETURN(unsigned long long vram,
                       ParseByteSize(flags.GetString("vram-budget"), "--vram-budget"));
   if (vram > 0 && !cuda)

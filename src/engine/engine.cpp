@@ -48,6 +48,11 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   mo.experts.io_threads = o.io_threads;
   mo.experts.io_backend = o.io_backend;
   mo.early_expert_read = o.early_expert_read;
+  if (cuda && o.kv_type != KvType::kF32)
+    return Error(ErrorCode::kInvalidArgument,
+                 "--kv-type {} applies to --backend cpu (the CUDA backend's KV cache is fp32)",
+                 KvTypeName(o.kv_type));
+  mo.kv_type = o.kv_type;
   mo.lock_core = o.lock_core;
   mo.memory_budget = o.memory_budget;
   mo.max_context = std::max<int64_t>(1, o.max_context);
@@ -78,6 +83,7 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
     RW_ASSIGN_OR_RETURN(e->device_, UploadCudaModel(*e->model_, co, e->pool_));
   }
   e->backend_ = o.backend;
+  e->kv_type_ = o.kv_type;
   e->fault_policy_ = o.fault_policy;
   e->stop_ids_ = e->model_->config().eos_token_ids;
   if (o.load_tokenizer) {
@@ -161,7 +167,7 @@ Session::Session(std::shared_ptr<const Engine> engine) : engine_(std::move(engin
 
 std::unique_ptr<ForwardBackend> Session::NewCpu() const {
   return NewCpuBackend(engine_->model(), engine_->max_context(), engine_->prefill_chunk(),
-                       engine_->pool());
+                       engine_->pool(), engine_->kv_type());
 }
 
 uint64_t Session::host_syncs() const {

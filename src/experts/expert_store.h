@@ -36,9 +36,10 @@ struct ExpertStoreStats {
   uint64_t prefetches = 0;      // prefetch reads issued
   uint64_t prefetch_used = 0;   // prefetched experts later requested
   uint64_t checksum_failures = 0;
-  uint64_t evicted = 0;     // mmap: experts found evicted by the kernel since they were last read
-  uint64_t dropped = 0;     // mmap: cold experts the store dropped from the page cache itself
-  double wait_seconds = 0;  // time compute spent waiting for reads
+  uint64_t evicted = 0;  // mmap: experts found evicted by the kernel since they were last read
+  uint64_t dropped = 0;  // mmap: cold experts the store dropped from the page cache itself
+  uint64_t dropped_reread = 0;  // mmap: misses on experts the store itself had dropped
+  double wait_seconds = 0;      // time compute spent waiting for reads
 };
 
 // Where routed experts live: kMmap (the page cache holds them) or kSlots (private slots sized
@@ -70,6 +71,9 @@ class ExpertStore {
   // A hint that these experts of `layer` will probably be needed soon: read at lower priority
   // than Begin's reads, never displacing experts a Begin holds.
   virtual void Prefetch(int layer, std::span<const int> experts) { (void)layer, (void)experts; }
+  // Returns once the work the store does in the background (the mmap store's page drops) is
+  // done, so that a test sees the residency that work leaves.
+  virtual void Settle() {}
   // How many experts one Begin may hold per layer.
   virtual int capacity_per_layer() const = 0;
   // Address ranges inside which every blob Wait hands out lies, fixed for the store's lifetime

@@ -10,6 +10,7 @@
 // that, and before each read drops the least valuable resident expert itself (LFU with decay,
 // recency breaking ties, as the slots store): whole blobs chosen by use, not pages by age. The
 // aim grows slowly while the kernel evicts nothing and is recounted when it evicts again.
+// The drops themselves run on a thread of their own, off the computing thread and the lock.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,7 +20,9 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
+#include <thread>
 
 #include "base/check.h"
 #include "base/hash.h"
@@ -47,12 +50,17 @@ class MmapExpertStore final : public ExpertStore {
   ~MmapExpertStore() override {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return loading_ == 0; });
+    stop_drops_ = true;
+    drops_.clear();
     lock.unlock();
+    drop_cv_.notify_all();
+    if (dropper_.joinable()) dropper_.join();
     for (Layer& L : layers_) CloseBlobSource(L.src);
   }
 
   Status Open(const ModelDir& dir) {
     RW_ASSIGN_OR_RETURN(io_, ReadQueue::Create(opt_.io_backend, opt_.io_threads));
+    dropper_ = std::thread([this] { DropLoop(); });
     const ExpertIndex* idx = dir.experts();
     if (idx == nullptr)
       return Error(ErrorCode::kNotFound, "{}: the model has no routed experts", dir.path());
@@ -70,6 +78,7 @@ class MmapExpertStore final : public ExpertStore {
       L.held.assign(num_experts_, 0);
       L.score.assign(num_experts_, 0.0);
       L.last_use.assign(num_experts_, 0);
+      L.dropped.assign(num_experts_, 0);
     }
     return Status::Ok();
   }
@@ -117,6 +126,7 @@ class MmapExpertStore final : public ExpertStore {
         continue;
       }
       if (L.held[e]) KernelEvicted(L, e);
+      if (L.dropped[e]) ++stats_.dropped_reread;
       MakeRoom(layer, experts);
       Hold(L, e);
       ++stats_.misses;
@@ -176,6 +186,10 @@ class MmapExpertStore final : public ExpertStore {
     for (int e : experts) {
       if (e < 0 || e >= num_experts_ || Resident(Blob(L, e), L.src.stride, &mincore_buf_)) continue;
       ++stats_.prefetches;
+      if (L.dropped[e]) {
+        ++stats_.dropped_reread;
+        L.dropped[e] = 0;
+      }
       ++loading_;
       L.prefetched[e] = 1;
       SubmitRead(layer, e, /*demand=*/false, /*attempt=*/0, /*req=*/-1);
@@ -206,6 +220,7 @@ class MmapExpertStore final : public ExpertStore {
     std::vector<uint8_t> held;        // per expert: read or seen resident, not dropped since
     std::vector<double> score;        // per expert: decayed request count
     std::vector<uint64_t> last_use;   // per expert: tick_ of its last request
+    std::vector<uint8_t> dropped;     // per expert: the store dropped it and has not read it since
     bool busy = false;
     std::vector<Req> req;
   };
@@ -219,6 +234,7 @@ class MmapExpertStore final : public ExpertStore {
 
   // Caller holds mu_ (for all of the residency bookkeeping below).
   void Hold(Layer& L, int e) {
+    L.dropped[e] = 0;
     if (L.held[e]) return;
     L.held[e] = 1;
     ++held_count_;
@@ -292,15 +308,48 @@ class MmapExpertStore final : public ExpertStore {
       }
       if (vl < 0) return;
       Layer& V = layers_[vl];
-      // Unmap it from this process, then drop the clean pages from the page cache (~0.75 ms;
-      // doing it on the read's I/O thread instead was slower: the read then waits behind it).
-      TraceScope t("drop", "io", "expert", ve);
-      madvise(const_cast<uint8_t*>(Blob(V, ve)), V.src.stride, MADV_DONTNEED);
-      posix_fadvise(V.src.fd, static_cast<off_t>(V.src.stride * ve),
-                    static_cast<off_t>(V.src.stride), POSIX_FADV_DONTNEED);
+      // The drop itself (~0.75 ms of kernel work) is the dropper thread's: done here it held
+      // mu_, so reads could not complete and other threads could not Wait meanwhile; done on
+      // the read's I/O thread the read waited behind it.
       Unhold(V, ve);
+      V.dropped[ve] = 1;
       ++stats_.dropped;
+      drops_.push_back({vl, ve});
+      drop_cv_.notify_one();
     }
+  }
+
+  // Unmaps each queued victim from this process, then drops its clean pages from the page
+  // cache, unless it was requested again since it was chosen (the bytes stay right either way:
+  // a dropped page a computation touches is read back from the file).
+  void DropLoop() {
+    trace::SetThreadName("expert-drop");
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      drop_cv_.wait(lock, [&] { return stop_drops_ || !drops_.empty(); });
+      if (drops_.empty()) return;  // stopping
+      const auto [l, e] = drops_.front();
+      drops_.pop_front();
+      Layer& V = layers_[l];
+      if (V.dropped[e] && !regions_out_) {
+        dropping_ = true;
+        lock.unlock();
+        {
+          TraceScope t("drop", "io", "expert", e);
+          madvise(const_cast<uint8_t*>(Blob(V, e)), V.src.stride, MADV_DONTNEED);
+          posix_fadvise(V.src.fd, static_cast<off_t>(V.src.stride * e),
+                        static_cast<off_t>(V.src.stride), POSIX_FADV_DONTNEED);
+        }
+        lock.lock();
+        dropping_ = false;
+      }
+      if (drops_.empty()) drop_cv_.notify_all();  // Settle
+    }
+  }
+
+  void Settle() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    drop_cv_.wait(lock, [&] { return drops_.empty() && !dropping_; });
   }
 
   static constexpr uint64_t kRecountTicks = 64;  // ~2 tokens of decode
@@ -379,6 +428,11 @@ class MmapExpertStore final : public ExpertStore {
   int64_t target_ = -1;  // experts to keep resident; -1: no pressure seen, the kernel decides
   int misses_since_aim_ = 0;
   mutable std::atomic<bool> regions_out_{false};
+  // Victims MakeRoom chose, for the dropper thread.
+  std::deque<std::pair<int, int>> drops_;
+  std::condition_variable drop_cv_;
+  bool stop_drops_ = false, dropping_ = false;
+  std::thread dropper_;
   std::unique_ptr<ReadQueue> io_;
 };
 

@@ -8,8 +8,9 @@ namespace {
 
 class CpuBackend final : public ForwardBackend {
  public:
-  CpuBackend(const RuntimeModel& model, int64_t max_context, int64_t max_chunk, ThreadPool* pool)
-      : kv_(model.config(), max_context, max_chunk),
+  CpuBackend(const RuntimeModel& model, int64_t max_context, int64_t max_chunk, ThreadPool* pool,
+             KvType kv_type)
+      : kv_(model.config(), max_context, max_chunk, kv_type),
         fwd_(model, max_chunk),
         pool_(pool),
         num_layers_(model.config().num_layers) {}
@@ -64,8 +65,8 @@ class CpuBackend final : public ForwardBackend {
 }  // namespace
 
 std::unique_ptr<ForwardBackend> NewCpuBackend(const RuntimeModel& model, int64_t max_context,
-                                              int64_t max_chunk, ThreadPool* pool) {
-  return std::make_unique<CpuBackend>(model, max_context, max_chunk, pool);
+                                              int64_t max_chunk, ThreadPool* pool, KvType kv_type) {
+  return std::make_unique<CpuBackend>(model, max_context, max_chunk, pool, kv_type);
 }
 
 }  // namespace rw

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "backend/cpu/ops.h"
+#include "base/timer.h"
 #include "base/trace.h"
 #include "runtime/forward.h"
 
@@ -29,6 +30,12 @@ Status ExpertSchedule::Begin(int li, int64_t m, const int* idx, const float* w, 
   const int64_t k = c_.top_k, E = c_.num_experts;
   single_token_ = m == 1;
   exact_rows_ = m <= cpu::kExactRows;
+  if (m == 1 && early_guess_layer_ == li) {
+    early_counts_.guessed += static_cast<int64_t>(early_guess_.size());
+    early_counts_.chosen += k;
+    for (int g : early_guess_) early_counts_.right += std::count(idx, idx + k, g);
+  }
+  early_guess_layer_ = -1;
   users_.resize(E);
   for (auto& u : users_) u.clear();
   for (int64_t t = 0; t < m; ++t)
@@ -55,9 +62,11 @@ Status ExpertSchedule::Begin(int li, int64_t m, const int* idx, const float* w, 
   if (m == 1 && li + 1 < c_.num_layers) {
     if (model_.early_reads_by_router()) {
       EarlyReads(li + 1, h);
+      early_guess_layer_ = li + 1;
     } else if (const ExpertPredictor* p = model_.predictor()) {
       p->Predict(li, std::span<const int>(idx, k), static_cast<int>(k), &early_guess_);
       store->Prefetch(li + 1, early_guess_);
+      early_guess_layer_ = li + 1;
     }
   }
   return Status::Ok();
@@ -72,15 +81,43 @@ void ExpertSchedule::EarlyReads(int next, const float* h) {
   cpu::Mul(early_r_.data(), N.router_scale.data(), H);
   cpu::Scale(early_r_.data(), static_cast<float>(std::pow(static_cast<double>(H), -0.5)), H);
   cpu::MatVec(N.router, early_r_.data(), early_logits_.data(), nullptr);
-  std::vector<int> idx(k);
+  early_guess_.resize(k);
   std::vector<float> w(k);
   RouteTopK(early_logits_.data(), static_cast<int>(E), static_cast<int>(k),
-            N.per_expert_scale.data(), idx.data(), w.data());
-  model_.experts()->Prefetch(next, idx);
+            N.per_expert_scale.data(), early_guess_.data(), w.data());
+  model_.experts()->Prefetch(next, early_guess_);
+}
+
+void ExpertSchedule::StallClock::Update(int64_t now) {
+  const bool stalled = waiting_ > 0 && computing_ == 0;
+  if (stalled && since_ < 0) since_ = now;
+  if (!stalled && since_ >= 0) {
+    total_ns_ += now - since_;
+    since_ = -1;
+  }
+}
+
+void ExpertSchedule::StallClock::Enter(bool waiting) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(waiting ? waiting_ : computing_);
+  Update(NowNanos());
+}
+
+void ExpertSchedule::StallClock::Leave(bool waiting) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --(waiting ? waiting_ : computing_);
+  Update(NowNanos());
+}
+
+double ExpertSchedule::StallClock::TakeSeconds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double s = static_cast<double>(total_ns_) * 1e-9;
+  total_ns_ = 0;
+  return s;
 }
 
 Status ExpertSchedule::Run(int li, int64_t m, const float* u2, float* moe, ThreadPool* pool,
-                           int64_t* pairs) {
+                           int64_t* pairs, double* stall_s) {
   const int64_t H = c_.hidden_size;
   ExpertStore* store = model_.experts();
   for (size_t b = 0; b < batches_.size(); ++b) {
@@ -91,6 +128,7 @@ Status ExpertSchedule::Run(int li, int64_t m, const float* u2, float* moe, Threa
     }
     Status s = RunBatch(li, b, u2, pool);
     store->Release(li);
+    *stall_s += stall_.TakeSeconds();
     RW_RETURN_IF_ERROR(s);
   }
   std::fill(moe, moe + m * H, 0.0f);
@@ -158,7 +196,18 @@ Status ExpertSchedule::RunBatch(int li, size_t b, const float* u2, ThreadPool* p
   const int threads = pool != nullptr ? pool->size() : 1;
   auto wait = [&](size_t i) {
     TraceScope t("wait", "experts", "layer", li, "expert", used_[i]);
-    return store->Wait(li, i - b0);
+    // A resident expert's Wait is work (at most its first checksum), not a wait for a read.
+    const bool reading = !resident_[i];
+    stall_.Enter(reading);
+    Result<ExpertRef> r = store->Wait(li, i - b0);
+    stall_.Leave(reading);
+    return r;
+  };
+  // Brackets one expert's compute for the stall clock.
+  struct Computing {
+    StallClock& c;
+    explicit Computing(StallClock& clock) : c(clock) { c.Enter(false); }
+    ~Computing() { c.Leave(false); }
   };
   if (SideBySide(b0, b1, threads)) {
     // Every expert is its own chunk, taken by whichever thread is free (a late-waking worker,
@@ -178,6 +227,7 @@ Status ExpertSchedule::RunBatch(int li, size_t b, const float* u2, ThreadPool* p
               continue;
             }
             TraceScope t("expert", "experts", "layer", li, "expert", used_[i]);
+            Computing busy(stall_);
             RunExpert(i, *ref, u2, scratch_[thread], nullptr);
           }
         },
@@ -188,6 +238,7 @@ Status ExpertSchedule::RunBatch(int li, size_t b, const float* u2, ThreadPool* p
   for (size_t i : order) {
     RW_ASSIGN_OR_RETURN(ExpertRef ref, wait(i));
     TraceScope t("expert", "experts", "layer", li, "expert", used_[i]);
+    Computing busy(stall_);
     RunExpert(i, ref, u2, scratch_[0], pool);
   }
   return Status::Ok();

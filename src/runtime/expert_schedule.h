@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -33,10 +34,35 @@ class ExpertSchedule {
   Status Begin(int li, int64_t m, const int* idx, const float* w, const float* h);
   // Computes every planned expert on its users' rows of u2 ([m][H], the experts' normed input),
   // batch by batch, and writes moe ([m][H]) = the weighted sum of their outputs. Adds the
-  // (token, expert) pairs computed to *pairs.
-  Status Run(int li, int64_t m, const float* u2, float* moe, ThreadPool* pool, int64_t* pairs);
+  // (token, expert) pairs computed to *pairs, and to *stall_s the wall time in which a thread
+  // waited for a read while none computed.
+  Status Run(int li, int64_t m, const float* u2, float* moe, ThreadPool* pool, int64_t* pairs,
+             double* stall_s);
+
+  // How well the early reads guessed, since the last call: experts guessed for a next layer,
+  // how many of them it then chose, and how many it chose in all (recall = right / chosen,
+  // precision = right / guessed). Only decode steps guess.
+  struct EarlyCounts {
+    int64_t guessed = 0, right = 0, chosen = 0;
+  };
+  EarlyCounts TakeEarlyCounts() { return std::exchange(early_counts_, EarlyCounts{}); }
 
  private:
+  // Times the stretches in which some thread waits for an expert read and no thread computes
+  // (a thread computing while another waits hides that wait).
+  class StallClock {
+   public:
+    void Enter(bool waiting);  // a thread starts waiting (true) or computing (false)
+    void Leave(bool waiting);
+    double TakeSeconds();  // the stall time so far, reset to 0
+
+   private:
+    void Update(int64_t now);
+    std::mutex mu_;
+    int waiting_ = 0, computing_ = 0;
+    int64_t since_ = -1;  // start of the current stall (ns), -1: none
+    int64_t total_ns_ = 0;
+  };
   struct Scratch {
     ZeroedFloats in, g, u;  // grouped input rows, gate and up outputs
   };
@@ -66,6 +92,9 @@ class ExpertSchedule {
   bool exact_rows_ = false;
   ZeroedFloats early_r_, early_logits_;  // the next layer's router guess
   std::vector<int> early_guess_;
+  int early_guess_layer_ = -1;  // the layer early_guess_ is for (-1: none)
+  EarlyCounts early_counts_;
+  StallClock stall_;
 };
 
 }  // namespace rw

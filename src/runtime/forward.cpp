@@ -36,6 +36,10 @@ void ForwardStats::Add(const ForwardStats& o) {
   head_s += o.head_s;
   tokens += o.tokens;
   experts_run += o.experts_run;
+  stall_s += o.stall_s;
+  early_guessed += o.early_guessed;
+  early_right += o.early_right;
+  early_chosen += o.early_chosen;
 }
 
 uint64_t ForwardPass::ScratchBytes(const ModelConfig& c, int64_t M, int64_t max_span, int threads) {
@@ -337,8 +341,8 @@ void ForwardPass::Attention(int li, KvCache& kv, int64_t m, int64_t pos0, Thread
                   sin + t * half);
     cpu::RopeNeox(&k_[t * kvdim], static_cast<int>(nkv), static_cast<int>(hd), cos + t * half,
                   sin + t * half);
-    cpu::KvStore(kv.k(li), kv.v(li), static_cast<int>(nkv), static_cast<int>(hd), kv.capacity(li),
-                 pos0 + t, &k_[t * kvdim], &v_[t * kvdim]);
+    cpu::KvStore(kv.k_data(li), kv.v_data(li), kv.type(), static_cast<int>(nkv),
+                 static_cast<int>(hd), kv.capacity(li), pos0 + t, &k_[t * kvdim], &v_[t * kvdim]);
   }
   dump_.Write("q", li, q_.data(), m, qdim);
   dump_.Write("k", li, k_.data(), m, kvdim);
@@ -421,7 +425,12 @@ Status ForwardPass::Experts(int li, int64_t m, ThreadPool* pool, ForwardStats* s
   const float eps = static_cast<float>(c_.rms_norm_eps);
   const WeightView pre2 = NormWeight(L.pre_ff_ln2);
   cpu::RmsNormRows(x_.data(), a_.data(), m, H, &pre2, eps);  // u2
-  RW_RETURN_IF_ERROR(experts_.Run(li, m, a_.data(), m2_.data(), pool, &st->experts_run));
+  RW_RETURN_IF_ERROR(
+      experts_.Run(li, m, a_.data(), m2_.data(), pool, &st->experts_run, &st->stall_s));
+  const ExpertSchedule::EarlyCounts ec = experts_.TakeEarlyCounts();
+  st->early_guessed += ec.guessed;
+  st->early_right += ec.right;
+  st->early_chosen += ec.chosen;
   dump_.Write("moe", li, m2_.data(), m, H);
   const WeightView post2 = NormWeight(L.post_ff_ln2);
   cpu::RmsNormRows(m2_.data(), m2_.data(), m, H, &post2, eps);

@@ -27,6 +27,11 @@ struct ForwardStats {
   double embed_s = 0, attention_s = 0, dense_s = 0, moe_s = 0, head_s = 0;
   int64_t tokens = 0;
   int64_t experts_run = 0;  // (token, expert) pairs computed
+  // Wall time in which no thread computed because one waited for an expert read: the part of
+  // the forward time the reads did not hide (forward time minus this is the compute).
+  double stall_s = 0;
+  // Early reads (decode): experts guessed for the next layer, guessed right, chosen.
+  int64_t early_guessed = 0, early_right = 0, early_chosen = 0;
   double total_s() const { return embed_s + attention_s + dense_s + moe_s + head_s; }
   void Add(const ForwardStats& o);
 };

@@ -155,7 +155,8 @@ class DeviceModel {
 
 // The CPU pass and its KV cache over `model`, threads from `pool`.
 std::unique_ptr<ForwardBackend> NewCpuBackend(const RuntimeModel& model, int64_t max_context,
-                                              int64_t max_chunk, ThreadPool* pool);
+                                              int64_t max_chunk, ThreadPool* pool,
+                                              KvType kv_type = KvType::kF32);
 
 struct CudaBackendOptions {
   uint64_t vram_budget = 0;  // 0: every expert resident

@@ -146,7 +146,7 @@ Result<std::unique_ptr<RuntimeModel>> RuntimeModel::Open(const std::string& path
       const ExpertLayout& layout = idx->layers[0].layout;
       MemoryNeeds needs;
       needs.core_bytes = m->dir_.core().size();
-      needs.kv_bytes = KvCache::BytesFor(c, o.max_context, o.prefill_chunk);
+      needs.kv_bytes = KvCache::BytesFor(c, o.max_context, o.prefill_chunk, o.kv_type);
       needs.scratch_bytes = ForwardPass::ScratchBytes(c, o.prefill_chunk, o.prefill_span,
                                                       ThreadPool::Default().size());
       needs.layers = c.num_layers;

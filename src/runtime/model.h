@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "backend/weight_view.h"
 #include "experts/expert_store.h"
 #include "experts/memory_plan.h"
@@ -55,6 +56,7 @@ struct ModelOpenOptions {
   int64_t max_context = 8192, prefill_chunk = 512;
   int64_t prefill_span = 0;  // tokens per layer-major prefill call (0: none), for the planner
   EarlyRead early_expert_read = EarlyRead::kOff;
+  cpu::KvType kv_type = cpu::KvType::kF32;  // for the planner's KV bytes
   // Lock the core file's pages in memory (mlock). Every token reads the whole core, so under
   // memory pressure (a small machine, a memory cgroup) the kernel would otherwise evict core
   // pages along with expert pages and read them back a token later. Where locking is not

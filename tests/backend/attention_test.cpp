@@ -1,6 +1,9 @@
 // Attention: reference and fast kernels against a naive full-matrix computation in double over
 // logical (unwrapped) K/V arrays; ring-buffer wraparound, sliding windows, GQA, split ranges.
 #include <algorithm>
+#include <cmath>
+
+#include "base/bf16.h"
 
 #include "backend_test_util.h"
 
@@ -215,6 +218,93 @@ TEST(Attention, BlockOfOneEqualsDecode) {
   AttendBlock(tl.Q(49), 1, 49, s.n_heads, c.view, 0, 1.0f, a.data(), nullptr);
   AttendOne(tl.Q(49), s.n_heads, c.view, 0, 50, 1.0f, b.data(), nullptr);
   EXPECT_EQ(a, b);
+}
+
+// A bf16 or fp16 cache: the kernels read the half type directly. Against the naive computation
+// over the rounded timeline (each K/V value rounded once, as KvStore does) they get the fp32
+// tolerances; decode with a window on a ring, and prefill blocks, on every ISA's kernels.
+struct HalfCache {
+  std::vector<uint16_t> k, v;
+  KvCacheView view;
+  HalfCache(const Shape& s, int64_t capacity, KvType type) {
+    const uint16_t nan = type == KvType::kBf16 ? 0x7fc0 : 0x7e00;  // unwritten slots poison
+    k.assign(static_cast<size_t>(s.n_kv * capacity * s.hd), nan);
+    v.assign(k.size(), nan);
+    view = KvCacheView{k.data(), v.data(), s.n_kv, s.hd, capacity, type};
+  }
+  void Store(const Timeline& tl, int64_t p) {
+    KvStore(k.data(), v.data(), view.type, tl.s.n_kv, tl.s.hd, view.capacity, p, tl.K(p), tl.V(p));
+  }
+};
+
+Timeline Rounded(const Timeline& tl, KvType type) {
+  Timeline r = tl;
+  for (std::vector<float>* x : {&r.k, &r.v})
+    for (float& f : *x) f = type == KvType::kBf16 ? RoundToBf16(f) : F16ToF32(F32ToF16(f));
+  return r;
+}
+
+TEST(Attention, HalfCachesMatchNaiveOverRoundedValues) {
+  for (KvType type : {KvType::kBf16, KvType::kF16}) {
+    for (const Shape& s : {Shape{4, 2, 16}, Shape{8, 1, 64}, Shape{16, 8, 256}, Shape{16, 2, 512},
+                           Shape{4, 4, 72}}) {
+      const int64_t len = s.hd >= 256 ? 70 : 260, window = 37;
+      Timeline tl(s, len, 2.0f);
+      const Timeline want_tl = Rounded(tl, type);
+      HalfCache full(s, len, type), ring(s, window + 7, type);
+      for (int64_t p = 0; p < len; ++p) {
+        full.Store(tl, p);
+        ring.Store(tl, p);
+      }
+      const std::string what =
+          fmt::format("{} hd {}", type == KvType::kBf16 ? "bf16" : "f16", s.hd);
+      // Decode, the whole cache and a window on the ring.
+      for (int64_t lo : {int64_t{0}, len - window}) {
+        const auto want = Naive(want_tl, len - 1, lo, 1.0f);
+        const KvCacheView& view = lo == 0 ? full.view : ring.view;
+        std::vector<float> got(want.out.size());
+        ref::AttendOne(tl.Q(len - 1), s.n_heads, view, lo, len, 1.0f, got.data());
+        ExpectAttnClose(got, want, "ref " + what);
+        for (int threads : {1, 2}) {
+          std::fill(got.begin(), got.end(), NAN);
+          AttendOne(tl.Q(len - 1), s.n_heads, view, lo, len, 1.0f, got.data(), Pool(threads));
+          ExpectAttnClose(got, want, fmt::format("fast {} lo {} threads {}", what, lo, threads));
+        }
+      }
+      // A prefill block of the last 5 positions, causal over the full cache.
+      const int64_t m = 5, p0 = len - m;
+      std::vector<float> got(static_cast<size_t>(m * s.n_heads * s.hd));
+      AttendBlock(tl.Q(p0), m, p0, s.n_heads, full.view, 0, 1.0f, got.data(), Pool(2));
+      for (int64_t i = 0; i < m; ++i) {
+        const auto want = Naive(want_tl, p0 + i, 0, 1.0f);
+        const std::vector<float> row(got.begin() + i * s.n_heads * s.hd,
+                                     got.begin() + (i + 1) * s.n_heads * s.hd);
+        ExpectAttnClose(row, want, fmt::format("block {} row {}", what, i));
+      }
+    }
+  }
+}
+
+TEST(Attention, HalfConversionsRoundToNearestEven) {
+  // fp16: exact values, ties to even, overflow, subnormals, NaN.
+  EXPECT_EQ(F32ToF16(1.0f), 0x3c00);
+  EXPECT_EQ(F32ToF16(-2.0f), 0xc000);
+  EXPECT_EQ(F32ToF16(65504.0f), 0x7bff);
+  EXPECT_EQ(F32ToF16(65520.0f), 0x7c00);  // the tie above the largest half rounds to infinity
+  EXPECT_EQ(F32ToF16(65519.0f), 0x7bff);
+  EXPECT_EQ(F32ToF16(1.0f + 1.0f / 2048), 0x3c00);  // tie: to the even 1.0
+  EXPECT_EQ(F32ToF16(1.0f + 3.0f / 2048), 0x3c02);  // tie: to the even 1 + 2/1024
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);  // tie: to the even zero
+  EXPECT_EQ(F32ToF16(std::ldexp(3.0f, -25)), 0x0002);
+  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -14)), 0x0400);
+  EXPECT_EQ(F32ToF16(-INFINITY), 0xfc00);
+  EXPECT_TRUE(std::isnan(F16ToF32(F32ToF16(NAN))));
+  // Every half survives the round trip.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0) continue;  // NaNs
+    ASSERT_EQ(F32ToF16(F16ToF32(static_cast<uint16_t>(h))), h) << h;
+  }
 }
 
 }  // namespace

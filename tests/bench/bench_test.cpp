@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -83,7 +84,45 @@ void ExpectPhase(const Json& p, int64_t tokens, const std::string& what) {
   EXPECT_TRUE(s.contains("read_bytes"));
   EXPECT_TRUE(s.contains("read_bytes_per_token"));
   EXPECT_GE(p["io_wait_per_token_s"].get<double>(), 0);
-  EXPECT_GE(p["compute_per_token_s"].get<double>(), 0);
+  EXPECT_GT(p["compute_per_token_s"].get<double>(), 0);
+  EXPECT_GE(p["stall_per_token_s"].get<double>(), 0);
+  // Stalls are part of the forward time, and compute is the rest.
+  const double n = static_cast<double>(tokens);
+  EXPECT_LE(p["stall_per_token_s"].get<double>() * n, p["forward_seconds"].get<double>() * 1.001);
+  EXPECT_NEAR(p["compute_per_token_s"].get<double>() + p["stall_per_token_s"].get<double>(),
+              p["forward_seconds"].get<double>() / n, 1e-6);
+}
+
+// Decode against max(compute, disk): present whenever the disk probe ran, and consistent with
+// the phase's own figures.
+void ExpectVsComputeAndDisk(const Json& j, const Json& c) {
+  const Json& h = c["decode"]["vs_compute_and_disk"];
+  if (j["disk_probe"].contains("skipped") || !c["decode"]["storage"]["available"].get<bool>()) {
+    EXPECT_TRUE(h.is_null()) << h.dump();
+    return;
+  }
+  ASSERT_TRUE(h.is_object()) << c["decode"].dump().substr(0, 800);
+  const Json& d = c["decode"];
+  const double n = d["tokens"].get<double>();
+  EXPECT_NEAR(h["seconds_per_token"].get<double>(), d["seconds"].get<double>() / n, 1e-9);
+  EXPECT_NEAR(h["compute_seconds_per_token"].get<double>(), d["compute_per_token_s"].get<double>(),
+              1e-9);
+  EXPECT_NEAR(h["disk_bytes_per_token"].get<double>(), d["storage"]["read_bytes"].get<double>() / n,
+              1e-6);
+  EXPECT_NEAR(h["disk_seconds_per_token"].get<double>(),
+              h["disk_bytes_per_token"].get<double>() /
+                  (1e9 * j["disk_probe"]["parallel_gb_s"].get<double>()),
+              1e-9);
+  const double bound = std::max(h["compute_seconds_per_token"].get<double>(),
+                                h["disk_seconds_per_token"].get<double>());
+  EXPECT_NEAR(h["ratio"].get<double>(), h["seconds_per_token"].get<double>() / bound,
+              1e-9 * h["ratio"].get<double>());
+  // Decode (forward + sampling) cannot beat its own compute; on a tiny model it is not far
+  // above it either.
+  EXPECT_GE(h["ratio"].get<double>(), 0.999);
+  EXPECT_LT(h["ratio"].get<double>(), 50);
+  const std::string by = h["bound_by"].get<std::string>();
+  EXPECT_TRUE(by == "compute" || by == "disk") << by;
 }
 
 TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
@@ -111,6 +150,8 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
     EXPECT_GT(j["disk_probe"]["serial_gb_s"].get<double>(), 0);
     EXPECT_GT(j["disk_probe"]["blob_bytes"].get<uint64_t>(), 0u);
     EXPECT_NE(r.out.find("disk probe (O_DIRECT"), std::string::npos) << r.out;
+    // The headline per case: decode against max(compute, disk).
+    EXPECT_NE(r.out.find("x max(compute "), std::string::npos) << r.out;
   }
   // The memory probe ran with the bench's threads, and each case sets decode against it.
   ASSERT_TRUE(j["memory_probe"].contains("read_gb_s")) << j["memory_probe"].dump();
@@ -161,6 +202,7 @@ TEST(BenchCliTest, JsonHasEveryFieldWithSaneValues) {
                 mb["seconds_per_token"].get<double>() / mb["bound_seconds_per_token"].get<double>(),
                 1e-9 * mb["ratio"].get<double>());
     EXPECT_GE(c["ttft_seconds"].get<double>(), c["prefill"]["seconds"].get<double>());
+    ExpectVsComputeAndDisk(j, c);
     // A varied stream: 24 sampled ids from a 512-token vocabulary at temperature 1.
     const Json& d = c["decode"];
     EXPECT_GT(d["sample_seconds"].get<double>(), 0);
@@ -266,6 +308,7 @@ TEST(BenchCliTest, ColdSlotsRunReadsFromStorage) {
   }
   ExpectPhase(c["prefill"], 20, "prefill");
   ExpectPhase(c["decode"], 12, "decode");
+  ExpectVsComputeAndDisk(j, c);
 }
 
 TEST(BenchCliTest, BadFlagsAreClearErrors) {
@@ -415,7 +458,7 @@ TEST(BenchCliTest, CoreLockAndDiskProbeCanBeTurnedOff) {
   EXPECT_EQ(j["disk_probe"]["skipped"].get<std::string>(), "off");
   EXPECT_EQ(j["memory_probe"]["skipped"].get<std::string>(), "off");
   EXPECT_TRUE(j["cases"][0]["decode"]["memory_bound"].is_null());
-  EXPECT_TRUE(j["cases"][0]["decode"]["storage_bound"].is_null());
+  EXPECT_TRUE(j["cases"][0]["decode"]["vs_compute_and_disk"].is_null());
   r = test::Run(Bench("--lock-core maybe"), Scratch());
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("--lock-core must be on or off"), std::string::npos) << r.err;

@@ -17,7 +17,7 @@ using test::ShellOut;
 const char* const kEngineFlags[] = {
     "--model",        "--threads",       "--max-context", "--prefill-chunk", "--prefill-span",
     "--expert-store", "--memory-budget", "--io-threads",  "--io-backend",    "--early-expert-read",
-    "--lock-core",    "--backend",       "--vram-budget", "--fault-policy"};
+    "--lock-core",    "--backend",       "--vram-budget", "--fault-policy",  "--kv-type"};
 
 TEST(EngineFlagsCli, EveryModelLoadingCommandListsTheEngineFlags) {
   for (const char* cmd : {"run", "chat", "serve", "bench", "trace", "logits"}) {
@@ -55,6 +55,21 @@ TEST(EngineFlagsCli, LogitsTakesTheExpertStoreAndRefusesBadValues) {
   out = ShellOut(base + "--expert-store bogus 2>&1", &rc);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--expert-store must be mmap or slots"), std::string::npos) << out;
+  // The KV cache type: each half type gives logits of its own, close to fp32's; a bad one is a
+  // clear error, and CUDA's cache is fp32.
+  std::vector<std::string> kv;
+  for (const char* type : {"f32", "bf16", "f16"}) {
+    out = ShellOut(base + "--kv-type " + type + " --out " + dir + "/kv.bin 2>&1", &rc);
+    ASSERT_EQ(rc, 0) << type << ": " << out;
+    auto bytes = ReadFileToString(dir + "/kv.bin");
+    ASSERT_TRUE(bytes.ok());
+    kv.push_back(*bytes);
+  }
+  EXPECT_TRUE(kv[0] != kv[1] && kv[0] != kv[2] && kv[1] != kv[2]);
+  EXPECT_TRUE(kv[0] == *a) << "f32 (the reference) is the command line's default KV cache";
+  out = ShellOut(base + "--kv-type f8 2>&1", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--kv-type must be f32, bf16 or f16, not 'f8'"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 

@@ -362,8 +362,9 @@ TEST(CliTest, LogitsWritesRawFloat32Rows) {
   const int V = engine->config().vocab_size;
   const std::string out =
       JoinPath(REDWING_BUILD_DIR, "test_tmp/engine/logits." + std::to_string(getpid()) + ".f32");
+  // The reference fp32 KV cache, as the library and the command line default to.
   CmdResult r = Sh(std::string(REDWING_BINARY) + " logits --model " + TinyModelDir() +
-                   " --ids 2,17,99 --out " + out);
+                   " --kv-type f32 --ids 2,17,99 --out " + out);
   ASSERT_EQ(r.code, 0) << r.out;
   auto bytes = ReadFileToString(out);
   ASSERT_TRUE(bytes.ok());
@@ -390,7 +391,8 @@ TEST(CliTest, RunPrintsIdsOnOneLine) {
     line += std::to_string((*want)[i]);
   }
   CmdResult r = Sh(std::string(REDWING_BINARY) + " run --model " + TinyModelDir() +
-                   " --prompt-ids 2,17,99 --max-new 6 --temperature 0 --print-ids --quiet");
+                   " --kv-type f32 --prompt-ids 2,17,99 --max-new 6 --temperature 0 --print-ids "
+                   "--quiet");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, line + "\n");
   CmdResult stats = Sh(std::string(REDWING_BINARY) + " run --model " + TinyModelDir() +

@@ -45,12 +45,14 @@ constexpr double kTolerance = 1e-4;      // against the reference
 constexpr double kPathTolerance = 1e-4;  // between our own prefill and decode paths
 constexpr int kSynthNew = 24;            // greedy tokens for the synthesized case, as golden
 
-std::shared_ptr<Engine> Load(const std::string& dir, int64_t chunk) {
+// An fp32 KV cache unless told otherwise: the reference path.
+std::shared_ptr<Engine> Load(const std::string& dir, int64_t chunk, KvType kv_type = KvType::kF32) {
   EngineOptions o;
   o.model_dir = dir;
   o.threads = 2;
   o.max_context = 512;
   o.prefill_chunk = chunk;
+  o.kv_type = kv_type;
   auto e = Engine::Load(o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? *e : nullptr;
@@ -236,6 +238,39 @@ TEST_P(Parity, ConvertedCheckpointMatchesTheReference) {
     EXPECT_LE(e, kPathTolerance) << "chunk " << chunk;
     std::printf("[parity] %s: chunk %lld vs 64: %.3g\n", name.c_str(),
                 static_cast<long long>(chunk), e);
+  }
+
+  // Half-precision KV caches: their logits against the fp32 cache's and the reference's, over
+  // the prompt (prefill reads the block's own rounded K/V) and the decode steps. Measured on
+  // these random models (docs/PERFORMANCE.md): fp16 0.1-0.8% over the prompt and up to 3.9% in
+  // decode, bf16 ~8x that, and its rounding can flip an expert choice (the tiny model's decode
+  // then differs by 78% at one step), so bf16's decode is reported, not bounded.
+  for (const KvType type : {KvType::kBf16, KvType::kF16}) {
+    const double bound = type == KvType::kBf16 ? 0.1 : 0.02;
+    const double step_bound = type == KvType::kBf16 ? INFINITY : 0.08;
+    auto eh = Load(out, 64, type);
+    ASSERT_NE(eh, nullptr);
+    EXPECT_EQ(eh->kv_type(), type);
+    auto lh = eh->NewSession()->Prefill(ref.prompt, true);
+    ASSERT_TRUE(lh.ok()) << lh.status().ToString();
+    ASSERT_EQ(lh->size(), all->size());
+    const double vs_f32 = RelErr(lh->data(), all->data(), all->size());
+    const double vs_ref = RelErr(lh->data(), ref.logits.data(), ref.logits.size());
+    auto dh = eh->NewSession();
+    auto sh = dh->Prefill(ref.prompt);
+    double worst_step = 0;
+    for (size_t i = 0; i < steps; ++i) {
+      if (i > 0) sh = dh->Decode(ref.greedy[i - 1]);
+      ASSERT_TRUE(sh.ok()) << sh.status().ToString();
+      worst_step = std::max(worst_step, RelErr(sh->data(), &ref.gen_logits[i * V], V));
+    }
+    std::printf(
+        "[parity] %s: %s KV cache: prompt logits rel err %.3g vs fp32 cache, %.3g vs reference; "
+        "decode steps %.3g vs reference\n",
+        name.c_str(), KvTypeName(type), vs_f32, vs_ref, worst_step);
+    EXPECT_GT(vs_f32, 0.0) << "a half cache rounds K and V";
+    EXPECT_LE(vs_f32, bound) << KvTypeName(type);
+    EXPECT_LE(worst_step, step_bound) << KvTypeName(type);
   }
   (void)RemoveAll(work);
 }

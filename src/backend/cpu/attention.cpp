@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "base/bf16.h"
 #include "base/check.h"
 
 namespace rw::cpu {
@@ -63,8 +64,10 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
     lo = std::min(lo, qs[j].lo);
     hi = std::max(hi, qs[j].hi);
   }
-  const float* k_head = kv.k + static_cast<int64_t>(h) * cap * hd;
-  const float* v_head = kv.v + static_cast<int64_t>(h) * cap * hd;
+  // Element e of head h's rows, as bytes: the kernels for kv.type read them.
+  const int64_t eb = KvTypeBytes(kv.type);
+  const char* k_head = static_cast<const char*>(kv.k) + static_cast<int64_t>(h) * cap * hd * eb;
+  const char* v_head = static_cast<const char*>(kv.v) + static_cast<int64_t>(h) * cap * hd * eb;
   for (int64_t c0 = lo; c0 < hi;) {
     const int64_t c1 = std::min(hi, (c0 / chunk + 1) * chunk);
     const int64_t n = c1 - c0;
@@ -79,8 +82,26 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
       ++na;
     }
     if (na > 0) {
-      kt.scores(sc.q.data(), na, k_head + slot0 * hd, n0, hd, scale, sc.s.data(), chunk);
-      if (n0 < n) kt.scores(sc.q.data(), na, k_head, n - n0, hd, scale, sc.s.data() + n0, chunk);
+      // Rows [c0, c1) of the ring: up to its wrap point from slot0, the rest from slot 0.
+      auto scores = [&](int64_t slot, int64_t rows, float* out) {
+        const char* k_rows = k_head + slot * hd * eb;
+        switch (kv.type) {
+          case KvType::kF32:
+            kt.scores(sc.q.data(), na, reinterpret_cast<const float*>(k_rows), rows, hd, scale, out,
+                      chunk);
+            break;
+          case KvType::kBf16:
+            kt.scores_bf16(sc.q.data(), na, reinterpret_cast<const uint16_t*>(k_rows), rows, hd,
+                           scale, out, chunk);
+            break;
+          case KvType::kF16:
+            kt.scores_f16(sc.q.data(), na, reinterpret_cast<const uint16_t*>(k_rows), rows, hd,
+                          scale, out, chunk);
+            break;
+        }
+      };
+      scores(slot0, n0, sc.s.data());
+      if (n0 < n) scores(0, n - n0, sc.s.data() + n0);
       for (int a = 0; a < na; ++a) {
         QueryState& st = qs[sc.active[a]];
         float* row = sc.s.data() + a * chunk;
@@ -98,8 +119,24 @@ void AttendCore(const detail::KernelTable& kt, const KvCacheView& kv, int h, Que
         std::fill(row, row + b, 0.0f);
         std::fill(row + e, row + n, 0.0f);
       }
-      kt.pv(sc.s.data(), chunk, na, n0, v_head + slot0 * hd, hd, sc.o.data());
-      if (n0 < n) kt.pv(sc.s.data() + n0, chunk, na, n - n0, v_head, hd, sc.o.data());
+      auto pv = [&](const float* p, int64_t slot, int64_t rows) {
+        const char* v_rows = v_head + slot * hd * eb;
+        switch (kv.type) {
+          case KvType::kF32:
+            kt.pv(p, chunk, na, rows, reinterpret_cast<const float*>(v_rows), hd, sc.o.data());
+            break;
+          case KvType::kBf16:
+            kt.pv_bf16(p, chunk, na, rows, reinterpret_cast<const uint16_t*>(v_rows), hd,
+                       sc.o.data());
+            break;
+          case KvType::kF16:
+            kt.pv_f16(p, chunk, na, rows, reinterpret_cast<const uint16_t*>(v_rows), hd,
+                      sc.o.data());
+            break;
+        }
+      };
+      pv(sc.s.data(), slot0, n0);
+      if (n0 < n) pv(sc.s.data() + n0, 0, n - n0);
     }
     c0 = c1;
   }
@@ -113,14 +150,29 @@ void CheckKv(int n_heads, const KvCacheView& kv) {
 
 }  // namespace
 
-void KvStore(float* k_cache, float* v_cache, int n_kv_heads, int head_dim, int64_t capacity,
-             int64_t pos, const float* k, const float* v) {
+void KvStore(void* k_cache, void* v_cache, KvType type, int n_kv_heads, int head_dim,
+             int64_t capacity, int64_t pos, const float* k, const float* v) {
   CHECK(pos >= 0 && capacity > 0);
   const int64_t slot = pos % capacity;
+  auto store = [&](const float* src, void* cache, int64_t dst) {
+    switch (type) {
+      case KvType::kF32:
+        std::copy(src, src + head_dim, static_cast<float*>(cache) + dst);
+        break;
+      case KvType::kBf16:
+        for (int d = 0; d < head_dim; ++d)
+          static_cast<uint16_t*>(cache)[dst + d] = F32ToBf16(src[d]);
+        break;
+      case KvType::kF16:
+        for (int d = 0; d < head_dim; ++d)
+          static_cast<uint16_t*>(cache)[dst + d] = F32ToF16(src[d]);
+        break;
+    }
+  };
   for (int h = 0; h < n_kv_heads; ++h) {
     const int64_t dst = (h * capacity + slot) * head_dim;
-    if (k != nullptr) std::copy(k + h * head_dim, k + (h + 1) * head_dim, k_cache + dst);
-    if (v != nullptr) std::copy(v + h * head_dim, v + (h + 1) * head_dim, v_cache + dst);
+    if (k != nullptr) store(k + h * head_dim, k_cache, dst);
+    if (v != nullptr) store(v + h * head_dim, v_cache, dst);
   }
 }
 

@@ -59,6 +59,15 @@ struct KernelTable {
                  float scale, float* s, int64_t lds);
   void (*pv)(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int head_dim,
              float* const* o);
+  // The same over a bf16 or an IEEE fp16 cache (KvType), rows widened to fp32 as they are read.
+  void (*scores_bf16)(const float* const* q, int nq, const uint16_t* k, int64_t n, int head_dim,
+                      float scale, float* s, int64_t lds);
+  void (*pv_bf16)(const float* p, int64_t ldp, int nq, int64_t n, const uint16_t* v, int head_dim,
+                  float* const* o);
+  void (*scores_f16)(const float* const* q, int nq, const uint16_t* k, int64_t n, int head_dim,
+                     float scale, float* s, int64_t lds);
+  void (*pv_f16)(const float* p, int64_t ldp, int nq, int64_t n, const uint16_t* v, int head_dim,
+                 float* const* o);
 };
 
 const KernelTable& ScalarKernels();

@@ -122,6 +122,27 @@ void Pv(const float* p, int64_t ldp, int nq, int64_t n, const float* v, int hd, 
     for (int64_t t = 0; t < n; ++t) ref::Axpy(o[i], p[i * ldp + t], v + t * hd, hd);
 }
 
+// A half-precision cache: each row widened into a small buffer, then the fp32 loops.
+template <float (*Widen)(uint16_t)>
+void ScoresHalf(const float* const* q, int nq, const uint16_t* k, int64_t n, int hd, float scale,
+                float* s, int64_t lds) {
+  std::vector<float> row(static_cast<size_t>(hd));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int d = 0; d < hd; ++d) row[d] = Widen(k[t * hd + d]);
+    for (int i = 0; i < nq; ++i) s[i * lds + t] = scale * ref::Dot(q[i], row.data(), hd);
+  }
+}
+
+template <float (*Widen)(uint16_t)>
+void PvHalf(const float* p, int64_t ldp, int nq, int64_t n, const uint16_t* v, int hd,
+            float* const* o) {
+  std::vector<float> row(static_cast<size_t>(hd));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int d = 0; d < hd; ++d) row[d] = Widen(v[t * hd + d]);
+    for (int i = 0; i < nq; ++i) ref::Axpy(o[i], p[i * ldp + t], row.data(), hd);
+  }
+}
+
 void DequantRow(const WeightView& w, int64_t row, float* out) {
   DecodeRow(w, row, out);
 }
@@ -151,6 +172,10 @@ const KernelTable kScalar = {
     ref::Dot,
     Scores,
     Pv,
+    ScoresHalf<Bf16ToF32>,
+    PvHalf<Bf16ToF32>,
+    ScoresHalf<F16ToF32>,
+    PvHalf<F16ToF32>,
 };
 
 }  // namespace

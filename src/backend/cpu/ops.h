@@ -111,17 +111,31 @@ float Dot(const float* a, const float* b, int64_t n);
 // keys of one head are contiguous, which is what the score and PV loops stream). Logical
 // position p lives in slot p % capacity, so a sliding-window layer is a ring buffer and a full
 // layer uses capacity >= max context (slot == position).
+// The cache's element type: fp32 (the reference), bf16 or IEEE fp16 (half the bytes; values are
+// rounded to nearest even when stored, and the kernels widen them to fp32 as they read them).
+enum class KvType { kF32, kBf16, kF16 };
+inline int64_t KvTypeBytes(KvType t) {
+  return t == KvType::kF32 ? 4 : 2;
+}
+
 struct KvCacheView {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;  // KvType elements
+  const void* v = nullptr;
   int n_kv_heads = 0;
   int head_dim = 0;
   int64_t capacity = 0;
+  KvType type = KvType::kF32;
 };
 
-// Writes position pos: k and v are [n_kv_heads][head_dim] (either may be null to skip it).
-void KvStore(float* k_cache, float* v_cache, int n_kv_heads, int head_dim, int64_t capacity,
-             int64_t pos, const float* k, const float* v);
+// Writes position pos: k and v are [n_kv_heads][head_dim] fp32 (either may be null to skip it),
+// stored as `type`.
+void KvStore(void* k_cache, void* v_cache, KvType type, int n_kv_heads, int head_dim,
+             int64_t capacity, int64_t pos, const float* k, const float* v);
+// The fp32 reference's store (type kF32).
+inline void KvStore(float* k_cache, float* v_cache, int n_kv_heads, int head_dim, int64_t capacity,
+                    int64_t pos, const float* k, const float* v) {
+  KvStore(k_cache, v_cache, KvType::kF32, n_kv_heads, head_dim, capacity, pos, k, v);
+}
 
 // One query (decode). q and out are [n_heads][head_dim]; query head i uses KV head
 // i / (n_heads / n_kv_heads). Attends to logical positions [pos_begin, pos_end), which must be

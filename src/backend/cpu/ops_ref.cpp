@@ -176,19 +176,38 @@ float Dot(const float* a, const float* b, int64_t n) {
 }
 
 // softmax over positions of scale·(q·k), then the weighted sum of V, for one query head.
+// Row `slot` of head h of a cache of kv.type, widened to fp32.
+static void CacheRow(const void* cache, const KvCacheView& kv, int h, int64_t slot, float* out) {
+  const int hd = kv.head_dim;
+  const int64_t at = (h * kv.capacity + slot) * hd;
+  for (int d = 0; d < hd; ++d) {
+    switch (kv.type) {
+      case KvType::kF32:
+        out[d] = static_cast<const float*>(cache)[at + d];
+        break;
+      case KvType::kBf16:
+        out[d] = Bf16ToF32(static_cast<const uint16_t*>(cache)[at + d]);
+        break;
+      case KvType::kF16:
+        out[d] = F16ToF32(static_cast<const uint16_t*>(cache)[at + d]);
+        break;
+    }
+  }
+}
+
 static void AttendHead(const float* q, const KvCacheView& kv, int h, int64_t pos_begin,
                        int64_t pos_end, float scale, float* out) {
   const int hd = kv.head_dim;
-  std::vector<float> s(static_cast<size_t>(pos_end - pos_begin));
+  std::vector<float> s(static_cast<size_t>(pos_end - pos_begin)), row(static_cast<size_t>(hd));
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const float* k = kv.k + (h * kv.capacity + p % kv.capacity) * hd;
-    s[p - pos_begin] = scale * Dot(q, k, hd);
+    CacheRow(kv.k, kv, h, p % kv.capacity, row.data());
+    s[p - pos_begin] = scale * Dot(q, row.data(), hd);
   }
   Softmax(s.data(), static_cast<int64_t>(s.size()));
   std::fill(out, out + hd, 0.0f);
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const float* v = kv.v + (h * kv.capacity + p % kv.capacity) * hd;
-    Axpy(out, s[p - pos_begin], v, hd);
+    CacheRow(kv.v, kv, h, p % kv.capacity, row.data());
+    Axpy(out, s[p - pos_begin], row.data(), hd);
   }
 }
 
