@@ -851,7 +851,7 @@ TEST_F(InstallHub, ResumeDoesNotAskSpaceForSideFilesAlreadyFetched) {
 // Progress moves by bytes received: while a side file that is one range request downloads, and
 // while a shard's only segment is in flight.
 TEST_F(InstallHub, ProgressAdvancesAsBytesArrive) {
-  const Sources& s = Fixtures();
+  Fixtures();  // built once for the suite
   const uint64_t kTokenizer = 600'000;
   const std::string src = SourceWithBigTokenizer(base_ + "/src", kTokenizer);
   hub_.Start(src, base_);

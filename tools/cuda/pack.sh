@@ -10,7 +10,7 @@ dest=${2:-.rwdev}
 mkdir -p "$dest/bin" "$dest/lib"
 
 for b in redwing backend_cuda_test cuda_parity_test cuda_fault_test cuda_tuning_forward_test backend_test \
-  speculative_test; do
+  speculative_test backend_cpu_test; do
   cp "$build/bin/$b" "$dest/bin/"
   strip --strip-debug "$dest/bin/$b"
 done
