@@ -110,9 +110,6 @@ int Chat(const Args& args) {
   if (Status st = SpeculationFromFlags(flags, /*allow_oracle=*/false, &drafter, &gen->draft_tokens);
       !st.ok())
     return ReportError("chat", st);
-  gen->drafter = MakeDrafter(drafter);
-  // One policy for the whole conversation: what it measured and learned carries over turns.
-  if (gen->draft_tokens == kDraftTokensAuto) gen->draft_policy = std::make_shared<DraftPolicy>();
   auto opt = EngineOptionsFromFlags(flags);
   if (!opt.ok()) return ReportError("chat", opt.status());
   Diagnostics diag(flags, "chat", args);  // recording from before the load, written at exit
@@ -120,6 +117,12 @@ int Chat(const Args& args) {
   if (!engine_or.ok()) return ReportError("chat", engine_or.status());
   std::shared_ptr<Engine> engine = *engine_or;
   if (engine->tokenizer() == nullptr) return ReportError("chat", engine->text_status());
+  auto drafted = DrafterFromFlags(flags, drafter, *engine, opt->model_dir, &gen->draft_tokens);
+  if (!drafted.ok()) return ReportError("chat", drafted.status());
+  gen->drafter = *drafted;
+  // One policy for the whole conversation: what it measured and learned carries over turns.
+  if (gen->drafter != nullptr && gen->draft_tokens == kDraftTokensAuto)
+    gen->draft_policy = std::make_shared<DraftPolicy>();
   gen->stop_ids = engine->stop_ids();
   const bool quiet = flags.GetBool("quiet");
 

@@ -137,18 +137,10 @@ int Run(const Args& args) {
   if (!engine_or.ok()) return ReportError("run", engine_or.status());
   std::shared_ptr<Engine> engine = *engine_or;
   // A DFlash drafter: --drafter <dir>, else <model>/drafter when there is one (--drafter off
-  // turns it off). Without --draft-tokens it drafts a whole block (block_size − 1 tokens).
-  if (std::string dir = drafter.kind == DrafterSpec::Kind::kDFlash ? drafter.path
-                        : flags.IsSet("drafter")                   ? std::string()
-                                                 : DefaultDrafterDir(opt->model_dir);
-      !dir.empty()) {
-    auto d = MakeDFlashDrafter(dir, *engine);
-    if (!d.ok())
-      return ReportError("run", Status(d.status().code(), "--drafter " + d.status().message()));
-    if (!flags.IsSet("draft-tokens"))
-      gen->draft_tokens = (*d)->state().model().config().block_size - 1;
-    gen->drafter = *d;
-  }
+  // turns it off).
+  auto drafted = DrafterFromFlags(flags, drafter, *engine, opt->model_dir, &gen->draft_tokens);
+  if (!drafted.ok()) return ReportError("run", drafted.status());
+  gen->drafter = *drafted;
   const Tokenizer* tok = engine->tokenizer();
   if (tok == nullptr && !flags.IsSet("prompt-ids"))
     return ReportError("run", engine->text_status());

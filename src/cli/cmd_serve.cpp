@@ -128,7 +128,6 @@ int Serve(const Args& args) {
           SpeculationFromFlags(flags, /*allow_oracle=*/false, &drafter, &o.loop.draft_tokens);
       !st.ok())
     return ReportError("serve", st);
-  o.loop.drafter = MakeDrafter(drafter);
   if (GetTestHooks().apply_serve_flags) {
     if (Status st = GetTestHooks().apply_serve_flags(flags, &o); !st.ok())
       return ReportError("serve", st);
@@ -149,6 +148,9 @@ int Serve(const Args& args) {
   auto engine = Engine::Load(*opt);
   if (!engine.ok()) return ReportError("serve", engine.status());
   if ((*engine)->tokenizer() == nullptr) return ReportError("serve", (*engine)->text_status());
+  auto drafted = DrafterFromFlags(flags, drafter, **engine, opt->model_dir, &o.loop.draft_tokens);
+  if (!drafted.ok()) return ReportError("serve", drafted.status());
+  o.loop.drafter = *drafted;
 
   serve::Server server(*engine, o);
   if (Status st = server.Start(); !st.ok()) return ReportError("serve", st);

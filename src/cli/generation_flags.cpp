@@ -8,6 +8,8 @@
 #include <random>
 
 #include "base/timer.h"
+#include "engine/draft_policy.h"
+#include "engine/drafter_dflash.h"
 
 namespace rw::cli {
 
@@ -149,7 +151,9 @@ Result<GenerateOptions> GenerateOptionsFromFlags(const Flags& flags) {
 
 void AddSpeculationFlags(Flags& flags) {
   flags.String("drafter", "off",
-               "speculative decoding: ngram (prompt lookup: drafts what followed the latest "
+               "speculative decoding: a DFlash drafter directory (redwing install "
+               "z-lab/gemma-4-26B-A4B-it-DFlash --model M puts one in M/drafter, used by "
+               "default when present), ngram (prompt lookup: drafts what followed the latest "
                "earlier occurrence of the last few tokens), oracle:P (bench only: simulated "
                "acceptance P) or off. The output is the same token for token; only the speed "
                "changes");
@@ -185,6 +189,22 @@ Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* 
   *spec = *parsed;
   *draft_tokens = parsed->kind == DrafterSpec::Kind::kOff ? 0 : n;
   return Status::Ok();
+}
+
+Result<std::shared_ptr<Drafter>> DrafterFromFlags(const Flags& flags, const DrafterSpec& spec,
+                                                  const Engine& engine,
+                                                  const std::string& model_dir, int* draft_tokens) {
+  std::string dir;
+  if (spec.kind == DrafterSpec::Kind::kDFlash) {
+    dir = spec.path;
+  } else if (!flags.IsSet("drafter")) {
+    dir = DefaultDrafterDir(model_dir);
+    if (!dir.empty() && !flags.IsSet("draft-tokens")) *draft_tokens = kDraftTokensAuto;
+  }
+  if (dir.empty()) return MakeDrafter(spec);
+  auto d = MakeDFlashDrafter(dir, engine);
+  if (!d.ok()) return Status(d.status().code(), "--drafter " + d.status().message());
+  return std::shared_ptr<Drafter>(*d);
 }
 
 Result<bool> ThinkingFromFlags(const Flags& flags) {

@@ -31,6 +31,13 @@ void AddSpeculationFlags(Flags& flags);
 // oracle:P needs a recorded continuation, which only the bench makes.
 Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* spec,
                             int* draft_tokens);
+// The drafter for run, chat and serve once the engine is loaded: ngram, the DFlash drafter of a
+// --drafter directory, or, without --drafter, the one installed at <model>/drafter (then
+// *draft_tokens becomes auto unless --draft-tokens was given). Null for off. A directory that is
+// not a drafter for this model is an error naming it.
+Result<std::shared_ptr<Drafter>> DrafterFromFlags(const Flags& flags, const DrafterSpec& spec,
+                                                  const Engine& engine,
+                                                  const std::string& model_dir, int* draft_tokens);
 
 // --thinking on|off.
 Result<bool> ThinkingFromFlags(const Flags& flags);
