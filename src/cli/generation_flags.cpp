@@ -184,10 +184,14 @@ Status SpeculationFromFlags(const Flags& flags, bool allow_oracle, DrafterSpec* 
                  "--drafter oracle:P simulates acceptance from a recorded plain run; it is for "
                  "redwing bench (use ngram here)");
   RW_ASSIGN_OR_RETURN(const int n, ParseDraftTokens(flags.GetString("draft-tokens")));
-  if (flags.IsSet("draft-tokens") && parsed->kind == DrafterSpec::Kind::kOff && n != 0)
+  // Off: --drafter off, or no --drafter and no drafter installed at <model>/drafter (which
+  // DrafterFromFlags would load).
+  const bool off = parsed->kind == DrafterSpec::Kind::kOff &&
+                   (flags.IsSet("drafter") || DefaultDrafterDir(flags.GetString("model")).empty());
+  if (flags.IsSet("draft-tokens") && off && n != 0)
     return Error(ErrorCode::kInvalidArgument, "--draft-tokens needs a --drafter");
   *spec = *parsed;
-  *draft_tokens = parsed->kind == DrafterSpec::Kind::kOff ? 0 : n;
+  *draft_tokens = off ? 0 : n;
   return Status::Ok();
 }
 
@@ -199,7 +203,6 @@ Result<std::shared_ptr<Drafter>> DrafterFromFlags(const Flags& flags, const Draf
     dir = spec.path;
   } else if (!flags.IsSet("drafter")) {
     dir = DefaultDrafterDir(model_dir);
-    if (!dir.empty() && !flags.IsSet("draft-tokens")) *draft_tokens = kDraftTokensAuto;
   }
   if (dir.empty()) return MakeDrafter(spec);
   auto d = MakeDFlashDrafter(dir, engine);
