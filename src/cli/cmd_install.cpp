@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
+#include <optional>
 
 #include "base/file.h"
 #include "base/timer.h"
@@ -89,6 +91,35 @@ class ProgressLine {
   Stopwatch clock_;
 };
 
+// Runs an install (the model's or a drafter's) with Ctrl-C stopping it cleanly (through
+// g_interrupted, the options' cancel flag) and a progress line. On success fills *report and
+// returns no exit code; otherwise prints the error and returns the exit code (130: cancelled).
+std::optional<int> RunInstall(
+    bool quiet, double progress_interval,
+    const std::function<Result<InstallReport>(const InstallCallbacks&)>& install,
+    InstallReport* report) {
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  ProgressLine progress(quiet, progress_interval);
+  InstallCallbacks cb;
+  cb.log = [&](const std::string& line) { progress.Log(line); };
+  cb.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
+  auto r = install(cb);
+  progress.EndLine();
+  if (!r.ok()) {
+    if (r.status().code() == ErrorCode::kCancelled) {
+      std::fprintf(stderr, "redwing install: %s\n", r.status().message().c_str());
+      return 130;
+    }
+    return ReportError("install", r.status());
+  }
+  *report = std::move(*r);
+  return std::nullopt;
+}
+
 // A DFlash drafter repository: fetched, checked and converted into a drafter directory
 // (install/drafter_install.h); <model>/drafter with --model, where `redwing run` finds it.
 int InstallDrafter(const Flags& flags) {
@@ -115,24 +146,12 @@ int InstallDrafter(const Flags& flags) {
   o.discard_partial = flags.GetBool("discard-partial");
   o.overwrite = flags.GetBool("force");
   o.cancel = &g_interrupted;
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-  ProgressLine progress(flags.GetBool("quiet"), flags.GetDouble("progress-interval"));
-  InstallCallbacks cb;
-  cb.log = [&](const std::string& line) { progress.Log(line); };
-  cb.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
-  auto r = InstallDrafterFromHub(o, cb);
-  progress.EndLine();
-  if (!r.ok()) {
-    if (r.status().code() == ErrorCode::kCancelled) {
-      std::fprintf(stderr, "redwing install: %s\n", r.status().message().c_str());
-      return 130;
-    }
-    return ReportError("install", r.status());
-  }
+  InstallReport report;
+  if (auto code = RunInstall(
+          flags.GetBool("quiet"), flags.GetDouble("progress-interval"),
+          [&](const InstallCallbacks& cb) { return InstallDrafterFromHub(o, cb); }, &report))
+    return *code;
+  const InstallReport* r = &report;
   if (!flags.GetBool("quiet"))
     std::fprintf(stderr, "done: drafter %s (%s) from %s@%s in %.1f s: fetched %s\n",
                  o.out_dir.c_str(), o.quantize.c_str(), o.repo_id.c_str(),
@@ -221,25 +240,12 @@ int Install(const Args& args) {
     if (Status st = GetTestHooks().adjust_install(&o); !st.ok()) return ReportError("install", st);
   }
 
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-
-  ProgressLine progress(quiet, progress_interval);
-  InstallCallbacks cb;
-  cb.log = [&](const std::string& line) { progress.Log(line); };
-  cb.progress = [&](uint64_t done, uint64_t total) { progress.Update(done, total); };
-  auto r = InstallFromHub(o, cb);
-  progress.EndLine();
-  if (!r.ok()) {
-    if (r.status().code() == ErrorCode::kCancelled) {
-      std::fprintf(stderr, "redwing install: %s\n", r.status().message().c_str());
-      return 130;
-    }
-    return ReportError("install", r.status());
-  }
+  InstallReport report;
+  if (auto code = RunInstall(
+          quiet, progress_interval,
+          [&](const InstallCallbacks& cb) { return InstallFromHub(o, cb); }, &report))
+    return *code;
+  const InstallReport* r = &report;
   if (!quiet)
     std::fprintf(stderr,
                  "done: %s from %s@%s in %.1f s: fetched %s (%s/s), %llu retries, peak RSS %.1f "
