@@ -13,6 +13,11 @@ Prints
     the layer), with the expert reads and CUDA host syncs beside them.
 --window NAME limits the GPU figures to the main thread's spans of that name (e.g. "decode").
 --json prints the same as one JSON object.
+
+A CUDA trace records the GPU's work of only some forward calls (a sample: the trace's otherData
+"gpu_sampling", and each "forward call" span's gpu_traced argument). The GPU figures then cover
+only the recorded calls, each from its start to the next call's start, so the calls the GPU did
+not record do not count as idle.
 """
 import argparse
 import json
@@ -96,6 +101,19 @@ def intersect(a_list, b_list):
             j += 1
 
 
+def traced_calls(xs, gpu):
+    """The recorded calls' windows [start, next call's start), or None when every call was
+    recorded (or the trace has no forward calls)."""
+    calls = sorted((e["ts"], e.get("args", {}).get("gpu_traced", 1)) for e in xs
+                   if e.get("cat") == "cuda" and e["name"] == "forward call")
+    if not calls or all(t for _, t in calls):
+        return None, len(calls), len(calls)
+    end = max([e["ts"] + e["dur"] for e in gpu] + [e["ts"] + e["dur"] for e in xs])
+    wins = [[t0, calls[i + 1][0] if i + 1 < len(calls) else end]
+            for i, (t0, traced) in enumerate(calls) if traced]
+    return merge(wins), sum(1 for _, t in calls if t), len(calls)
+
+
 def summarize(events, window=None):
     names = thread_names(events)
     main = main_thread(events, names)
@@ -110,6 +128,10 @@ def summarize(events, window=None):
                      if (e["pid"], e["tid"]) == main and e["name"] == window])
     else:
         win = [[min(e["ts"] for e in gpu), max(e["ts"] + e["dur"] for e in gpu)]] if gpu else []
+    sampled, n_traced, n_calls = traced_calls(xs, gpu)
+    if sampled is not None:
+        win = [[lo, hi] for lo, hi, _, _ in intersect([tuple(w) for w in win],
+                                                      [tuple(w) for w in sampled])]
     win_total = sum(b - a for a, b in win)
 
     def in_window(e):
@@ -169,7 +191,11 @@ def summarize(events, window=None):
             reads[1] += e["dur"]
             reads[2] += args.get("bytes", 0)
     return {
-        "window": window or "GPU activity",
+        "window": (window or "GPU activity") + (
+            f" (the {n_traced} of {n_calls} forward calls the GPU recorded)"
+            if sampled is not None else ""),
+        "forward_calls": n_calls,
+        "forward_calls_gpu_traced": n_traced,
         "window_ms": win_total / 1e3,
         "gpu_busy_ms": busy_total / 1e3,
         "gpu_idle_ms": idle_total / 1e3,

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "backend/cuda/activity_trace.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops.h"
 #include "base/log.h"
@@ -306,7 +307,8 @@ Result<const cuda::XPlanes*> CudaForwardPass::SplitX(const float* x, int64_t m, 
 Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
                                 float* logits, ForwardStats* stats) {
   CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
-  TraceScope call_scope("forward call", "cuda", "tokens", m);
+  TraceScope call_scope("forward call", "cuda", "tokens", m, "gpu_traced",
+                        trace::Enabled() && cuda::TraceGpuForCall(m) ? 1 : 0);
   Stopwatch sw;
   std::memcpy(h_params_, &pos0, 8);
   std::memcpy(h_params_ + 8, ids, static_cast<size_t>(m) * 4);

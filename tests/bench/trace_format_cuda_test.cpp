@@ -1,6 +1,8 @@
 // --trace of a CUDA decode run: a valid Chrome trace in which the GPU's kernels (from CUPTI)
 // sit on GPU stream tracks on the same clock as the CPU's spans, and tools/trace_summary.py
-// sums it up. Skips, saying why, without a usable GPU or without CUPTI.
+// sums it up. The GPU's work is recorded for a sample of the forward calls (one in
+// REDWING_TRACE_GPU_EVERY of the small ones), each marked by its span's gpu_traced argument.
+// Skips, saying why, without a usable GPU or without CUPTI.
 #include <gtest/gtest.h>
 
 #include "backend/cuda/cuda.h"
@@ -19,7 +21,9 @@ TEST(TraceFormatCudaTest, DecodeTraceHasKernelsOnTheCpuClock) {
   const std::string model = test::TraceTinyModel(Scratch());
   const std::string trace = JoinPath(Scratch(), "cuda.trace.json");
   const std::string profile = JoinPath(Scratch(), "cuda.profile.json");
-  auto r = test::Run(std::string(REDWING_BINARY) + " bench --backend cuda --model " + model +
+  // One call in 3: the prefill call (the first), then every third decode step.
+  auto r = test::Run("REDWING_TRACE_GPU_EVERY=3 " + std::string(REDWING_BINARY) +
+                         " bench --backend cuda --model " + model +
                          " --prompt-tokens 20 --decode-tokens 8 --warmup 0 --quiet "
                          "--no-disk-probe --no-memory-probe --format json --trace " +
                          trace + " --profile " + profile,
@@ -31,36 +35,45 @@ TEST(TraceFormatCudaTest, DecodeTraceHasKernelsOnTheCpuClock) {
   if (t["otherData"].value("gpu", "").find("CUPTI activity") == std::string::npos)
     GTEST_SKIP() << "no GPU activity in the trace: " << t["otherData"].dump();
   std::vector<std::pair<double, double>> decode, calls;
+  std::vector<bool> traced;
   std::vector<Json> kernels;
   for (const Json& e : xs) {
     const double b = e["ts"].get<double>(), end = b + e["dur"].get<double>();
     if (e["name"] == "decode") decode.push_back({b, end});
-    if (e["name"] == "forward call") calls.push_back({b, end});
+    if (e["name"] == "forward call") {
+      calls.push_back({b, end});
+      ASSERT_TRUE(e["args"].contains("gpu_traced")) << e.dump();
+      traced.push_back(e["args"]["gpu_traced"].get<int>() == 1);
+    }
     if (e["cat"] == "gpu kernel") kernels.push_back(e);
   }
   ASSERT_EQ(decode.size(), 1u);
   ASSERT_GE(calls.size(), 9u);  // one prefill call, 8 decode steps
-  ASSERT_GT(kernels.size(), 8u * 6u);
-  // One clock: each forward call of the decode has kernels that start inside it or in the
-  // gap before the next call (a graph's kernels run after the launch returns), and no kernel
-  // runs after the trace's last CPU span has ended.
+  ASSERT_GT(kernels.size(), 3u * 6u);
+  // The sample: every call here is small (< 64 tokens), so calls 0, 3, 6, ... are recorded.
+  for (size_t c = 0; c < calls.size(); ++c) EXPECT_EQ(traced[c], c % 3 == 0) << "call " << c;
+  EXPECT_NE(t["otherData"].value("gpu_sampling", "").find("one in 3"), std::string::npos)
+      << t["otherData"].dump();
+  // One clock: each recorded forward call has kernels that start inside it or in the gap
+  // before the next call (a graph's kernels run after the launch returns), the others have
+  // none, and no kernel runs after the trace's last CPU span has ended.
   double cpu_end = 0;
   for (const Json& e : xs)
     if (e["cat"] != "gpu kernel" && e["cat"] != "gpu copy")
       cpu_end = std::max(cpu_end, e["ts"].get<double>() + e["dur"].get<double>());
-  int calls_with_kernels = 0;
   for (size_t c = 0; c < calls.size(); ++c) {
     const double from = calls[c].first;
     const double to = c + 1 < calls.size() ? calls[c + 1].first : cpu_end;
+    int in_call = 0;
     for (const Json& k : kernels) {
       const double s = k["ts"].get<double>();
-      if (s >= from && s < to) {
-        ++calls_with_kernels;
-        break;
-      }
+      in_call += s >= from && s < to;
     }
+    if (traced[c])
+      EXPECT_GT(in_call, 0) << "recorded call " << c << " has no kernels";
+    else
+      EXPECT_EQ(in_call, 0) << "call " << c << " was not to be recorded";
   }
-  EXPECT_EQ(calls_with_kernels, static_cast<int>(calls.size()));
   for (const Json& k : kernels) {
     EXPECT_LE(k["ts"].get<double>() + k["dur"].get<double>(), cpu_end + 1.0) << k.dump();
     EXPECT_TRUE(k["args"].contains("blocks")) << k.dump();

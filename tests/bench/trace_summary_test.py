@@ -72,6 +72,31 @@ class Summary(unittest.TestCase):
         self.assertAlmostEqual(s["window_ms"], 0.100)
         self.assertAlmostEqual(s["gpu_idle_ms"], 0.045)  # [0,10) [50,70) [80,90) [95,100)
 
+    def test_sampled_calls(self):
+        # Three decode calls; the GPU recorded the first and the third (gpu_traced 1), so the
+        # second call's time is not GPU idle time: only [start, next call) of recorded calls is.
+        ev = [
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+            X("forward call", "cuda", 0, 10, 1, tokens=1, gpu_traced=1),
+            X("forward call", "cuda", 20, 10, 1, tokens=1, gpu_traced=0),
+            X("forward call", "cuda", 40, 10, 1, tokens=1, gpu_traced=1),
+            X("k", "gpu kernel", 2, 6, 3),
+            X("k", "gpu kernel", 42, 6, 3),
+        ]
+        s = ts.summarize(ev)
+        # GPU activity [2, 48) ∩ ([0, 20) ∪ [40, 50)) = [2, 20) ∪ [40, 48): 26 us, 12 busy.
+        self.assertAlmostEqual(s["window_ms"], 0.026)
+        self.assertAlmostEqual(s["gpu_busy_ms"], 0.012)
+        self.assertAlmostEqual(s["gpu_idle_ms"], 0.014)
+        self.assertEqual((s["forward_calls"], s["forward_calls_gpu_traced"]), (3, 2))
+        self.assertIn("2 of 3 forward calls", s["window"])
+        # Every call recorded (or no gpu_traced argument, as in older traces): the whole span.
+        for e in ev:
+            e.get("args", {}).pop("gpu_traced", None)
+        s = ts.summarize(ev)
+        self.assertAlmostEqual(s["window_ms"], 0.046)
+        self.assertEqual(s["forward_calls_gpu_traced"], 3)
+
     def test_cli_text_and_json(self):
         with tempfile.TemporaryDirectory() as d:
             p = os.path.join(d, "t.json")

@@ -3,10 +3,14 @@
 # trace test, a CUDA decode trace of the small synthetic model and its summary, and A-B reports
 # (a real change, a build against itself, tracing and profiling against none) on CUDA and on
 # the CPU (small); or (full) the same change, self and tracing comparisons on CUDA with the
-# full-size synthetic model. Everything lands in $OUT/ab.tar.gz and $OUT/log.txt.
-#   cd <pack folder> && bash tools/cuda/ab_trace_device.sh [small|full]
+# full-size synthetic model. trace-full and profile-full measure what --trace (sampled, and
+# every call with REDWING_TRACE_GPU_EVERY=1) and --profile cost on the full-size model with PAIRS
+# pairs, and (trace-full) write a decode trace's summary; each fits one device call, and the
+# second reuses the first's synthesized model. Everything lands in $OUT/ab.tar.gz and $OUT/log.txt.
+#   cd <pack folder> && bash tools/cuda/ab_trace_device.sh [small|full|trace-full|profile-full] [PAIRS]
 set -u
 what=${1:-small}
+pairs=${2:-3}
 R=$(pwd)
 out=${OUT:-/tmp/ab_out}
 mkdir -p "$out"
@@ -26,12 +30,19 @@ ln -sfn "$R/bin/redwing" "$REDWING_BUILD_DIR_ON_BUILD/bin/redwing"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nproc
 work=/tmp/abwork
-rm -rf "$work" && mkdir -p "$work/ab" "$work/trace"
-"$R/bin/redwing" synth --geometry small --seed 1 --out "$work/small" >/dev/null || exit 1
-if [ "$what" = full ]; then
+full_model=0
+case $what in full | trace-full | profile-full) full_model=1 ;; esac
+if [ "$what" = profile-full ] && [ -f "$work/g4.done" ]; then
+  rm -rf "$work/ab" "$work/trace" && mkdir -p "$work/ab" "$work/trace"  # keep the model
+else
+  rm -rf "$work" && mkdir -p "$work/ab" "$work/trace"
+fi
+[ -d "$work/small" ] || "$R/bin/redwing" synth --geometry small --seed 1 --out "$work/small" >/dev/null || exit 1
+if [ $full_model = 1 ] && [ ! -f "$work/g4.done" ]; then
   # The full-size geometry (14.5 GB): long kernels, the case the kernel commits were made for.
   time timeout 300 "$R/bin/redwing" synth --geometry gemma4-26b-a4b --seed 1 --out "$work/g4" \
     >/dev/null || exit 1
+  touch "$work/g4.done"
 fi
 
 if [ "$what" = small ]; then
@@ -67,6 +78,29 @@ ab() {
   REDWING_SNAPSHOTS="$R/snaps" timeout 300 bash "$R/scripts/bench-ab.sh" --out "$work/ab/$name" "$@"
   save  # after each report, in case the call runs out of time
 }
+if [ "$what" = trace-full ] || [ "$what" = profile-full ]; then
+  full=(--backend cuda --model "$work/g4" --prompt-tokens 512 --decode-tokens 256 --no-disk-probe)
+  export BENCH_AB_PREPARE=none
+  if [ "$what" = trace-full ]; then
+    echo "== cuda-labelled test"
+    timeout 120 "$R/bin/trace_format_cuda_test" 2>&1 | tail -40
+    echo "== a CUDA decode trace of the full-size model (default sampling)"
+    "$R/bin/redwing" bench "${full[@]}" --quiet --format json --json "$work/trace/bench.json" \
+      --trace "$work/trace/full_decode.trace.json" >/dev/null
+    python3 "$R/tools/trace_summary.py" "$work/trace/full_decode.trace.json" --window decode \
+      --top 25 | tee "$work/trace/summary_full_decode.txt"
+    rm -f "$work/trace/full_decode.trace.json"
+    ab full-trace --try-flags "--trace $work/t.json" head head "$pairs" -- "${full[@]}"
+    REDWING_TRACE_GPU_EVERY=1 ab full-trace-every-call --try-flags "--trace $work/t.json" head head 2 -- "${full[@]}"
+  else
+    ab full-profile --try-flags "--profile $work/p.json" head head "$pairs" -- "${full[@]}"
+    small=(--backend cuda --model "$work/small" --prompt-tokens 128 --decode-tokens 1024)
+    ab small-trace --try-flags "--trace $work/t.json" head head "$pairs" -- "${small[@]}"
+  fi
+  rm -f "$work/t.json" "$work/p.json"
+  save
+  exit 0
+fi
 if [ "$what" = full ]; then
   full=(--backend cuda --model "$work/g4" --prompt-tokens 512 --decode-tokens 256 --no-disk-probe)
   export BENCH_AB_PREPARE=none  # the synthesized files are in the page cache for every run

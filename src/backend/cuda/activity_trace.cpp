@@ -10,6 +10,8 @@
 #include <string>
 #include <type_traits>
 
+#include <fmt/format.h>
+
 #include "base/timer.h"
 #include "base/trace.h"
 
@@ -26,6 +28,7 @@ namespace {
 struct Cupti {
   decltype(&cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
   decltype(&cuptiActivityEnable) enable = nullptr;
+  decltype(&cuptiActivityDisable) disable = nullptr;
   decltype(&cuptiActivityFlushAll) flush_all = nullptr;
   decltype(&cuptiActivityGetNextRecord) next_record = nullptr;
   decltype(&cuptiActivityGetNumDroppedRecords) dropped = nullptr;
@@ -40,6 +43,13 @@ int64_t g_offset_ns = 0;
 std::mutex g_mu;  // the tracks' table and the dropped count
 std::map<uint64_t, int> g_tracks;
 size_t g_dropped = 0;
+
+// Sampling of forward calls (TraceGpuForCall).
+std::mutex g_sample_mu;
+bool g_running = false;   // StartOnce succeeded
+bool g_recording = true;  // the GPU kinds are enabled now
+int g_every = kDefaultGpuTraceEvery;
+int64_t g_small_calls = 0;
 
 constexpr size_t kBufferBytes = 8 << 20;
 
@@ -174,6 +184,7 @@ Status Load() {
   };
   if (!sym(g_cupti.register_callbacks, "cuptiActivityRegisterCallbacks") ||
       !sym(g_cupti.enable, "cuptiActivityEnable") ||
+      !sym(g_cupti.disable, "cuptiActivityDisable") ||
       !sym(g_cupti.flush_all, "cuptiActivityFlushAll") ||
       !sym(g_cupti.next_record, "cuptiActivityGetNextRecord") ||
       !sym(g_cupti.timestamp, "cuptiGetTimestamp") ||
@@ -192,6 +203,24 @@ Status Check(CUptiResult r, const char* what) {
                text != nullptr ? text : std::to_string(static_cast<int>(r)));
 }
 
+// REDWING_TRACE_GPU_EVERY: a positive integer; anything else keeps the default (with a note).
+int GpuTraceEvery() {
+  const char* v = std::getenv("REDWING_TRACE_GPU_EVERY");
+  if (v == nullptr || *v == '\0') return kDefaultGpuTraceEvery;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > 1'000'000) {
+    trace::SetNote("gpu_sampling_error", std::string("REDWING_TRACE_GPU_EVERY=") + v +
+                                             " is not a positive integer; the default was used");
+    return kDefaultGpuTraceEvery;
+  }
+  return static_cast<int>(n);
+}
+
+// The kinds sampling switches together.
+constexpr CUpti_ActivityKind kGpuKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                            CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+
 Status StartOnce() {
   RW_RETURN_IF_ERROR(Load());
   // One clock with the CPU's spans: CUPTI converts the GPU's times to ours.
@@ -208,11 +237,18 @@ Status StartOnce() {
   }
   RW_RETURN_IF_ERROR(
       Check(g_cupti.register_callbacks(&RequestBuffer, &BufferDone), "buffer callbacks"));
-  RW_RETURN_IF_ERROR(Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "kernels"));
-  RW_RETURN_IF_ERROR(Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_MEMCPY), "copies"));
-  RW_RETURN_IF_ERROR(Check(g_cupti.enable(CUPTI_ACTIVITY_KIND_MEMSET), "memsets"));
+  for (CUpti_ActivityKind kind : kGpuKinds)
+    RW_RETURN_IF_ERROR(Check(g_cupti.enable(kind), "kernels, copies and memsets"));
   trace::AddFlushHook([] { g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); });
-  trace::SetNote("gpu", "CUPTI activity: every kernel, copy and memset");
+  g_every = GpuTraceEvery();
+  trace::SetNote("gpu", "CUPTI activity: every kernel, copy and memset of the recorded calls");
+  trace::SetNote("gpu_sampling",
+                 g_every == 1 ? std::string("every forward call")
+                              : fmt::format("forward calls of {}+ tokens, and the first and then "
+                                            "one in {} of the smaller calls (decode, verify): "
+                                            "\"forward call\" spans with gpu_traced 1",
+                                            kAlwaysTracedTokens, g_every));
+  g_running = true;
   return Status::Ok();
 }
 
@@ -227,7 +263,31 @@ Status StartActivityTrace() {
   return started;
 }
 
+bool TraceGpuForCall(int64_t tokens) {
+  if (!g_running) return false;
+  std::lock_guard<std::mutex> lock(g_sample_mu);
+  const bool record =
+      g_every <= 1 || tokens >= kAlwaysTracedTokens || g_small_calls++ % g_every == 0;
+  if (record != g_recording) {
+    // Switching costs a driver call per kind; with sampling that happens twice per N calls.
+    for (CUpti_ActivityKind kind : kGpuKinds) {
+      const CUptiResult r = record ? g_cupti.enable(kind) : g_cupti.disable(kind);
+      if (r != CUPTI_SUCCESS) {
+        trace::SetNote("gpu_sampling_error", Check(r, "switching the GPU records").ToString());
+        g_running = false;  // leave it as it is: a trace with more records, never a crash
+        return g_recording;
+      }
+    }
+    g_recording = record;
+  }
+  return record;
+}
+
 #else  // no cupti.h at build time
+
+bool TraceGpuForCall(int64_t) {
+  return false;
+}
 
 Status StartActivityTrace() {
   static const Status started = [] {

@@ -4,6 +4,8 @@
 // the trace says why in its metadata and holds the CPU's spans only.
 #pragma once
 
+#include <cstdint>
+
 #include "base/status.h"
 
 namespace rw::cuda {
@@ -12,5 +14,15 @@ namespace rw::cuda {
 // events, before the work to trace). Records arrive in the trace through its flush hook
 // (trace::Flush, called by ToJson and Stop). A failure (no CUPTI) is also noted in the trace.
 Status StartActivityTrace();
+
+// Called as each forward call starts: whether its GPU work (and whatever is launched before the
+// next call: the draw, copies back) is recorded. Recording a kernel costs the GPU ~1.6 us, a
+// fifth of a resident decode step's time, so small calls are sampled: the first and then one in
+// N (REDWING_TRACE_GPU_EVERY, default kDefaultGpuTraceEvery; 1 records every call). Calls of
+// kAlwaysTracedTokens tokens or more (prefill chunks: few, long kernels) are always recorded.
+// False when the activity trace is not running.
+bool TraceGpuForCall(int64_t tokens);
+inline constexpr int kDefaultGpuTraceEvery = 16;
+inline constexpr int64_t kAlwaysTracedTokens = 64;
 
 }  // namespace rw::cuda
