@@ -100,7 +100,13 @@ int DraftPolicy::Choose(int max_k) {
     probe_interval_ = std::max(1, o_.probe_interval);
     return best;
   }
-  if (++plain_run_ >= probe_interval_) {
+  // A probe costs t(1) - t(0) more than the plain step it replaces.
+  int interval = probe_interval_;
+  if (o_.probe_budget > 0 && t[0] > 0) {
+    const double steps = (t[1] - t[0]) / (o_.probe_budget * t[0]);
+    interval = std::max(interval, static_cast<int>(std::min<double>(steps, o_.probe_interval_max)));
+  }
+  if (++plain_run_ >= interval) {
     plain_run_ = 0;
     probing_ = true;
     return 1;

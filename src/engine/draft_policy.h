@@ -12,7 +12,9 @@
 // Falling back and probing: when no k beats a plain step (drafts are mostly rejected), the policy
 // decodes plainly and only every probe_interval plain steps drafts one token to see whether
 // acceptance came back; a probe that fails doubles the interval (up to probe_interval_max), so a
-// drafter that never hits costs at most t(1) - t(0) every probe_interval_max steps.
+// drafter that never hits costs at most t(1) - t(0) every probe_interval_max steps. Where a probe
+// is dear (a GPU, whose one-token step is a few milliseconds and a verify several), the interval
+// is also long enough that probing costs at most probe_budget of plain decoding.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,9 @@ struct DraftPolicyOptions {
   // Plain steps between probes once drafting stopped paying, and the cap of its doubling.
   int probe_interval = 16;
   int probe_interval_max = 256;
+  // At least (t(1) - t(0)) / (probe_budget · t(0)) plain steps between probes (up to
+  // probe_interval_max).
+  double probe_budget = 0.01;
   // A plain step is measured first and then at least every refresh_plain steps, so t(0) follows
   // the machine (caches warming, other load).
   int refresh_plain = 64;

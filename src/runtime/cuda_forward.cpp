@@ -148,8 +148,11 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   rope_sin_s_ = Floats(M * c_.sliding.head_dim / 2);
   rope_cos_f_ = Floats(M * c_.full.head_dim / 2);
   rope_sin_f_ = Floats(M * c_.full.head_dim / 2);
-  logits_rows_ = 1;
-  logits_ = Floats(c_.vocab_size);
+  // Rows for a verify's logits from the start (16 MiB at Gemma 4's vocabulary): growing the
+  // buffer later drops the captured decode graph, and capturing it again costs a speculative
+  // run's first verify several decode steps.
+  logits_rows_ = std::min<int64_t>(M, kRowsPathMax);
+  logits_ = Floats(logits_rows_ * c_.vocab_size);
   auto bytes = cuda::DeviceBuffer::Alloc(8 + 4 * static_cast<size_t>(M));
   RW_RETURN_IF_ERROR(bytes.status());
   buffers_.push_back(std::move(*bytes));

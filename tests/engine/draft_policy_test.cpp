@@ -165,6 +165,7 @@ TEST(DraftPolicy, ProbeIntervalDoublesAfterFailedProbes) {
   DraftPolicyOptions o;
   o.probe_interval = 4;
   o.probe_interval_max = 16;
+  o.probe_budget = 0;  // the doubling alone
   DraftPolicy p(o);
   p.SetCosts(LinearCosts(0.1, 15), /*frozen=*/true);
   for (int i = 0; i < 50; ++i) p.ObserveAcceptance(2, 0);  // hopeless drafts
@@ -181,6 +182,33 @@ TEST(DraftPolicy, ProbeIntervalDoublesAfterFailedProbes) {
   EXPECT_EQ(probes[1] - probes[0], 8);   // doubled
   EXPECT_EQ(probes[2] - probes[1], 16);  // the cap
   EXPECT_EQ(probes[3] - probes[2], 16);
+}
+
+TEST(DraftPolicy, DearProbesAreSpacedToTheirBudget) {
+  // A GPU: a one-draft verify costs two plain steps. Probing a hopeless drafter may cost at most
+  // probe_budget (1%) of plain decoding, so probes come at least 100 plain steps apart.
+  DraftPolicy p;
+  p.SetCosts(LinearCosts(1.0, 15), /*frozen=*/true);
+  for (int i = 0; i < 50; ++i) p.ObserveAcceptance(2, 0);
+  std::vector<int> probes;
+  for (int s = 0; s < 1000; ++s) {
+    const int k = p.Choose(15);
+    if (k > 0) {
+      probes.push_back(s);
+      p.ObserveAcceptance(k, 0);
+    }
+  }
+  ASSERT_GE(probes.size(), 2u);
+  EXPECT_GE(probes[0], 99);
+  for (size_t i = 1; i < probes.size(); ++i) EXPECT_GE(probes[i] - probes[i - 1], 100);
+  // Cheap probes (a tenth of a step) keep the configured interval.
+  DraftPolicy q;
+  q.SetCosts(LinearCosts(0.1, 15), /*frozen=*/true);
+  for (int i = 0; i < 50; ++i) q.ObserveAcceptance(2, 0);
+  int first = -1;
+  for (int s = 0; s < 100 && first < 0; ++s)
+    if (q.Choose(15) > 0) first = s;
+  EXPECT_EQ(first, 15);  // after probe_interval = 16 plain steps (10 would meet the budget)
 }
 
 TEST(DraftPolicy, CostEstimatesInterpolateExtrapolateAndNeverDecrease) {

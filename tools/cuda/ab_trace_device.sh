@@ -96,6 +96,10 @@ if [ "$what" = trace-full ] || [ "$what" = profile-full ]; then
     ab full-profile --try-flags "--profile $work/p.json" head head "$pairs" -- "${full[@]}"
     small=(--backend cuda --model "$work/small" --prompt-tokens 128 --decode-tokens 1024)
     ab small-trace --try-flags "--trace $work/t.json" head head "$pairs" -- "${small[@]}"
+    # A drafter that never hits, under --draft-tokens auto: what speculation costs when it
+    # cannot pay (the issue-26 measure: 512-token prompt, 128 decoded).
+    spec=(--backend cuda --model "$work/g4" --prompt-tokens 512 --decode-tokens 128 --no-disk-probe)
+    ab full-oracle0-auto --try-flags "--drafter oracle:0 --draft-tokens auto" head head "$pairs" -- "${spec[@]}"
   fi
   rm -f "$work/t.json" "$work/p.json"
   save
