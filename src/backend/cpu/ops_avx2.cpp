@@ -8,6 +8,7 @@
 #include "backend/cpu/avx2_math.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear_avx2.h"
+#include "backend/cpu/matvec_q8.h"
 
 namespace rw::cpu::avx2 {
 namespace {
@@ -198,6 +199,7 @@ const detail::KernelTable kAvx2 = {
     Rope,       Add,        Mul,        Scale,
     Axpy,       Dot,        Scores,     Pv,
     ScoresBf16, PvBf16,     ScoresF16,  PvF16,
+    PrepareXQ8, MatVecQ8Rows,
 };
 
 }  // namespace
