@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
@@ -149,8 +150,8 @@ TEST(FastMatVec, FarPairsMatchScalarBitwise) {
   }
 }
 
-// The integer limits: q at its maximum against xq = ±127 (q8: q − 128 = ±127 and −128, where
-// maddubs pairs reach 2·128·127), q at 0, in every block.
+// The integer limits: q at its maximum against planes of ±127 (q8: q − 128 = ±127 and −128,
+// where maddubs pairs reach 2·128·127), q at 0, in every block.
 TEST(FastMatVec, IntegerExtremesMatchScalar) {
   const auto isas = VectorIsas();
   if (isas.empty()) GTEST_SKIP() << "no vector kernels on this CPU";
@@ -165,7 +166,7 @@ TEST(FastMatVec, IntegerExtremesMatchScalar) {
         const Buffer prep = Prepared(detail::ScalarKernels(), w->view, x.data());
         Buffer want(3, 0);
         detail::ScalarKernels().matvec_q8_rows(w->view, prep.data(), want.data(), 0, 3);
-        // The integer part is exact: Σ q·x with |xq| = 127 everywhere, x·d = ±max exactly.
+        // The integer part is exact whatever the values.
         for (Isa isa : isas) {
           Buffer got(3, 0);
           Table(isa).matvec_q8_rows(w->view, prep.data(), got.data(), 0, 3);
@@ -177,9 +178,10 @@ TEST(FastMatVec, IntegerExtremesMatchScalar) {
   }
 }
 
-// |fast − exact| per row within the activation rounding's bound: xq·d differs from x by at most
-// d/2 per element (d = amax/127 of its block), so the scale term moves by at most
-// Σ_b |s_g(b)|·d_b/2·Σ_{k in b} q_k; fp32 summation adds a little on top (relative 1e-5 of
+// |fast − exact| per row within the activation rounding's bound: (256·a + c)·e differs from x by
+// at most d/256 per element (d = amax/127 of its block: the second plane's step is d/256, and
+// its clamp to ±127 costs at most one more half step), so the scale term moves by at most
+// Σ_b |s_g(b)|·d_b/256·Σ_{k in b} q_k; fp32 summation adds a little on top (relative 1e-5 of
 // Σ|w·x|). The bias term uses the exact sums of x and adds nothing.
 TEST(FastMatVec, WithinTheActivationRoundingBound) {
   for (int bits : {4, 8}) {
@@ -205,7 +207,7 @@ TEST(FastMatVec, WithinTheActivationRoundingBound) {
               qsum += Q(w->view, r, i);
             }
             const double s = Bf16ToF32(w->scales[r * groups + b * 32 / group]);
-            bound += std::fabs(s) * (amax / 127.0) / 2 * qsum;
+            bound += std::fabs(s) * (amax / 127.0) / 256 * qsum;
           }
           for (int64_t i = 0; i < k; ++i) mag += std::fabs(ref::WeightAt(w->view, r, i) * x[i]);
           bound = bound * 1.001 + 1e-5 * mag;
@@ -213,8 +215,10 @@ TEST(FastMatVec, WithinTheActivationRoundingBound) {
           ASSERT_LE(err, bound) << "q" << bits << " g" << group << " K=" << k << " row " << r;
           worst = std::max(worst, err / bound);
         }
-        // The bound is not vacuous: the error uses a fair part of it somewhere.
-        EXPECT_GT(worst, 0.01) << "q" << bits << " g" << group << " K=" << k;
+        // The bound is not vacuous: the error uses some part of it somewhere.
+        EXPECT_GT(worst, 1e-3) << "q" << bits << " g" << group << " K=" << k;
+        std::printf("q%d g%d K=%lld: worst error / bound %.3f\n", bits, group,
+                    static_cast<long long>(k), worst);
       }
     }
   }

@@ -1,19 +1,15 @@
-// --precision fast (int8 activations in the affine matvecs) against exact on every committed
-// golden fixture's MLX (affine 4-bit) checkpoint and a synthesized one: the mean KL(exact ‖ fast)
-// per position, the top-1 agreement and whether the greedy ids stay exact's, printed as one line
-// per model (the table in docs/PERFORMANCE.md, 2026-12-06).
-//
-// The goal was greedy ids identical and a mean KL of at most 1e-3 nats. Int8 activations do not
-// reach it on these random models: measured 0.10-0.24 nats, greedy ids differing within 24
-// steps. They amplify small errors (a bf16 KV cache moves their logits by 1-8%, see the
-// 2026-12-02 f16 KV entry), and int8 per block of 32 rounds each activation by up to
-// max|x|/254, several times bf16's error, at every matvec input. So the test asserts what holds:
-// fast changes the logits, stays finite and within kMeanKlGuard (a regression guard ~2x the
-// worst measured), and it reports the rest.
+// --precision fast (int8 activation planes in the affine matvecs) against exact on every
+// committed golden fixture's MLX (affine 4-bit) checkpoint and a synthesized one: the greedy ids
+// must be exact's, and the mean KL(exact ‖ fast) per position at most 1e-3 nats. One line per
+// model is printed (the table in docs/PERFORMANCE.md, 2026-12-06).
 //
 // Both engines prefill one token per call (prefill_chunk 1), so every prompt position goes
 // through the matvec path that fast changes (a longer chunk's matmuls stay fp32); the decode
 // steps are teacher-forced along exact's greedy ids, so both see the same tokens.
+//
+// (A single int8 plane, llama.cpp's Q8 activations, did not pass here: mean KL 0.10-0.24 nats
+// and greedy ids differing from the first token on these random models, which amplify small
+// errors; hence the second plane, backend/cpu/matvec_q8.h.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -31,7 +27,7 @@
 namespace rw {
 namespace {
 
-constexpr double kMeanKlGuard = 0.5;  // nats; measured 0.10-0.24 (not the 1e-3 goal)
+constexpr double kMeanKlBound = 1e-3;  // nats
 constexpr int kSynthSteps = 24;
 
 std::shared_ptr<Engine> Load(const std::string& dir, Precision precision) {
@@ -84,7 +80,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 class FastPrecision : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FastPrecision, KlAgainstExact) {
+TEST_P(FastPrecision, GreedyIdsAsExactAndSmallKl) {
   const Case& c = GetParam();
   ASSERT_NE(c.fixture, "manifest_unreadable") << test::ReadGoldenManifest().error;
   const std::string work =
@@ -175,7 +171,8 @@ TEST_P(FastPrecision, KlAgainstExact) {
       c.fixture.c_str(), rows[0].size(), static_cast<long long>(n), steps - 1, mean, first, worst,
       top1_same, rows[0].size(), same_prefix, steps);
   RecordProperty("mean_kl", std::to_string(mean));
-  EXPECT_LE(mean, kMeanKlGuard);
+  EXPECT_LE(mean, kMeanKlBound);
+  EXPECT_EQ(*gf, *ge) << "fast's greedy ids differ from exact's";
   EXPECT_GT(mean, 0.0) << "fast changed no logits: is the model affine?";
   (void)RemoveAll(work);
 }

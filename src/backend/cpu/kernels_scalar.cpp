@@ -158,27 +158,33 @@ float Hsum8(const float* v) {
 void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
   const Q8Layout l = Q8LayoutFor(w);
   auto* base = reinterpret_cast<char*>(prep);
-  auto* xq = reinterpret_cast<int8_t*>(base);
-  auto* d = reinterpret_cast<float*>(base + l.d_off);
+  auto* xa = reinterpret_cast<int8_t*>(base);
+  auto* xc = reinterpret_cast<int8_t*>(base + l.c_off);
+  auto* e = reinterpret_cast<float*>(base + l.d_off);
   auto* qs = reinterpret_cast<int32_t*>(base + l.qs_off);
   auto* sx = reinterpret_cast<float*>(base + l.sx_off);
-  std::fill(xq, xq + l.kp, int8_t{0});
+  std::fill(xa, xa + l.kp, int8_t{0});
+  std::fill(xc, xc + l.kp, int8_t{0});
   for (int64_t b = 0; b < l.blocks; ++b) {
-    d[b] = 0.0f;
+    e[b] = 0.0f;
     qs[b] = 0;
     if (b * 32 >= w.cols) continue;
     const float* xb = x + b * 32;
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float db = amax / 127.0f;
+    const float db = amax < kQ8TinyMax ? 0.0f : amax / 127.0f;
     const float id = db != 0.0f ? 1.0f / db : 0.0f;
     int32_t sum = 0;
     for (int i = 0; i < 32; ++i) {
-      const auto q = static_cast<int32_t>(std::nearbyint(xb[i] * id));
-      xq[Q8Slot(w.bits, b * 32 + i)] = static_cast<int8_t>(q);
-      sum += q;
+      const float a = std::nearbyint(xb[i] * id);
+      const float r = xb[i] - a * db;
+      const float c = std::clamp(std::nearbyint((r * id) * 256.0f), -127.0f, 127.0f);
+      const int64_t slot = Q8Slot(w.bits, b * 32 + i);
+      xa[slot] = static_cast<int8_t>(a);
+      xc[slot] = static_cast<int8_t>(c);
+      sum += 256 * static_cast<int32_t>(a) + static_cast<int32_t>(c);
     }
-    d[b] = db;
+    e[b] = db / 256.0f;
     qs[b] = sum;
   }
   const int64_t groups = w.RowGroups();
@@ -196,8 +202,9 @@ void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
 void MatVecQ8Rows(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1) {
   const Q8Layout l = Q8LayoutFor(w);
   const auto* base = reinterpret_cast<const char*>(prep);
-  const auto* xq = reinterpret_cast<const int8_t*>(base);
-  const auto* d = reinterpret_cast<const float*>(base + l.d_off);
+  const auto* xa = reinterpret_cast<const int8_t*>(base);
+  const auto* xc = reinterpret_cast<const int8_t*>(base + l.c_off);
+  const auto* e = reinterpret_cast<const float*>(base + l.d_off);
   const auto* sx = reinterpret_cast<const float*>(base + l.sx_off);
   const int per_word = 32 / w.bits;
   const uint32_t mask = (1u << w.bits) - 1u;
@@ -212,9 +219,10 @@ void MatVecQ8Rows(const WeightView& w, const float* prep, float* y, int64_t r0, 
       for (int64_t k = b * 32; k < b * 32 + 32; ++k) {
         const auto q = static_cast<int32_t>((words[k / per_word] >> ((k % per_word) * w.bits)) &
                                             mask);
-        isum += q * xq[Q8Slot(w.bits, k)];
+        const int64_t slot = Q8Slot(w.bits, k);
+        isum += q * (256 * xa[slot] + xc[slot]);
       }
-      const float c = Bf16ToF32(sr[b * 32 / w.group]) * d[b];
+      const float c = Bf16ToF32(sr[b * 32 / w.group]) * e[b];
       acc[b % 8] = std::fma(static_cast<float>(isum), c, acc[b % 8]);
     }
     for (int64_t g = 0; g < groups; ++g)

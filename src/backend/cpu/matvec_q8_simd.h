@@ -65,7 +65,8 @@ void Rows(const WeightView& w, const char* base, const Q8Layout& l, float* y, in
   const int64_t groups = w.cols / kGroup, blocks = w.cols / 32;
   const int64_t row_bytes = w.cols * kBits / 8;
   const int64_t ahead = PrefetchBytes(row_bytes);
-  const auto* xq = reinterpret_cast<const int8_t*>(base);
+  const auto* xa = reinterpret_cast<const int8_t*>(base);
+  const auto* xc = reinterpret_cast<const int8_t*>(base + l.c_off);
   const auto* d = reinterpret_cast<const float*>(base + l.d_off);
   const auto* qs = reinterpret_cast<const int32_t*>(base + l.qs_off);
   const auto* sx = reinterpret_cast<const float*>(base + l.sx_off);
@@ -95,9 +96,11 @@ void Rows(const WeightView& w, const char* base, const Q8Layout& l, float* y, in
     __m256i isum[kRows];
     const int nbt = static_cast<int>(Min64(8, blocks - 8 * c));
     if (nbt == 8)
-      Sums::template Chunk<kBits, kRows, true>(wc, xq + c * kChunk, qs + 8 * c, 8, isum);
+      Sums::template Chunk<kBits, kRows, true>(wc, xa + c * kChunk, xc + c * kChunk, qs + 8 * c,
+                                               8, isum);
     else
-      Sums::template Chunk<kBits, kRows, false>(wc, xq + c * kChunk, qs + 8 * c, nbt, isum);
+      Sums::template Chunk<kBits, kRows, false>(wc, xa + c * kChunk, xc + c * kChunk,
+                                                qs + 8 * c, nbt, isum);
     const __m256 dv = _mm256_load_ps(d + 8 * c);
     RW_UNROLL
     for (int i = 0; i < kRows; ++i) {
