@@ -41,8 +41,8 @@ void AddEngineFlags(Flags& flags) {
                "bytes, at ~1% logits error); CUDA: f32 only");
   flags.String("precision", "exact",
                "cpu: the quantized matvecs of decode: exact (fp32 activations, the reference) or "
-               "fast (activations as int8 per block of 32, integer dot products; prefill stays "
-               "fp32); CUDA: exact only");
+               "fast (activations as two int8 planes per block of 32, integer dot products; "
+               "prefill stays fp32); CUDA: exact only");
   flags.String("lock-core", "on",
                "on: lock the core weights in memory (mlock) so memory pressure evicts only "
                "expert pages; off: leave them to the page cache");

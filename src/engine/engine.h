@@ -56,9 +56,9 @@ struct EngineOptions {
   // copy for failover must be fp32 too.
   KvType kv_type = KvType::kF32;
   // The CPU backend's affine matvec arithmetic for decode and verify rows: exact (fp32, the
-  // reference) or fast (x as int8 per block of 32, integer dot products; ~2e-4 nats mean KL on
-  // the golden fixtures, docs/PERFORMANCE.md). Prefill's matmuls stay fp32 either way. The CUDA
-  // backend has exact only.
+  // reference) or fast (x as two int8 planes per block of 32, integer dot products; a mean KL
+  // of at most ~1e-4 nats per position on the golden fixtures, docs/PERFORMANCE.md). Prefill's
+  // matmuls stay fp32 either way. The CUDA backend has exact only.
   Precision precision = Precision::kExact;
   // Lock the core weights in memory (see ModelOpenOptions::lock_core).
   bool lock_core = true;
