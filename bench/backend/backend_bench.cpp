@@ -161,8 +161,7 @@ void BenchMatVec(int64_t n, int64_t k, int bits, double read1, double read2,
     ThreadPool* pool = PoolOf(threads);
     const double cold = BestSeconds([&](int i) {
                           for (int c = 0; c < copies; ++c)
-                            MatVec(ms[(i + c) % copies]->view, x.data(), y.data(), pool,
-                                   precision);
+                            MatVec(ms[(i + c) % copies]->view, x.data(), y.data(), pool, precision);
                         }) /
                         copies;
     const std::string cold_cpu = CpuNote(threads, 1.0 / copies);
@@ -172,9 +171,8 @@ void BenchMatVec(int64_t n, int64_t k, int bits, double read1, double read2,
     fmt::print(
         "  {}q{} g64 [{:6} x {:4}] {:5.1f} MB  {}T: cold {:8.1f} us{} {:5.1f} GB/s ({:3.0f}% of "
         "read)  hot {:8.1f} us{} {:5.1f} GB/s\n",
-        precision == Precision::kFast ? "fast " : "", bits, n, k, bytes / 1e6, threads,
-        cold * 1e6, cold_cpu, gbs,
-        100 * gbs / (threads == 1 ? read1 : read2), hot * 1e6, CpuNote(threads),
+        precision == Precision::kFast ? "fast " : "", bits, n, k, bytes / 1e6, threads, cold * 1e6,
+        cold_cpu, gbs, 100 * gbs / (threads == 1 ? read1 : read2), hot * 1e6, CpuNote(threads),
         bytes / hot * 1e-9);
   }
 }

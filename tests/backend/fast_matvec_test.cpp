@@ -85,8 +85,7 @@ TEST(FastMatVec, PreparedXMatchesScalarBitwise) {
           const Buffer want = Prepared(detail::ScalarKernels(), w->view, x.data());
           for (Isa isa : isas) {
             const Buffer got = Prepared(Table(isa), w->view, x.data());
-            ASSERT_EQ(std::memcmp(got.data(), want.data(), static_cast<size_t>(want.size()) * 4),
-                      0)
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), static_cast<size_t>(want.size()) * 4), 0)
                 << IsaName(isa) << " q" << bits << " g" << group << " K=" << k;
           }
         }

@@ -15,10 +15,10 @@ namespace {
 using test::ShellOut;
 
 const char* const kEngineFlags[] = {
-    "--model",        "--threads",       "--max-context", "--prefill-chunk", "--prefill-span",
-    "--expert-store", "--memory-budget", "--io-threads",  "--io-backend",    "--early-expert-read",
-    "--lock-core",    "--backend",       "--vram-budget", "--fault-policy",  "--kv-type",
-    "--precision"};
+    "--model",        "--threads",           "--max-context",   "--prefill-chunk",
+    "--prefill-span", "--expert-store",      "--memory-budget", "--io-threads",
+    "--io-backend",   "--early-expert-read", "--lock-core",     "--backend",
+    "--vram-budget",  "--fault-policy",      "--kv-type",       "--precision"};
 
 TEST(EngineFlagsCli, EveryModelLoadingCommandListsTheEngineFlags) {
   for (const char* cmd : {"run", "chat", "serve", "bench", "trace", "logits"}) {

@@ -84,8 +84,8 @@ TEST_P(FastPrecision, GreedyIdsAsExactAndSmallKl) {
   const Case& c = GetParam();
   ASSERT_NE(c.fixture, "manifest_unreadable") << test::ReadGoldenManifest().error;
   const std::string work =
-      JoinPath(REDWING_BUILD_DIR, "test_tmp/fast_precision/" + CaseName({c, 0}) + "." +
-                                      std::to_string(getpid()));
+      JoinPath(REDWING_BUILD_DIR,
+               "test_tmp/fast_precision/" + CaseName({c, 0}) + "." + std::to_string(getpid()));
   ASSERT_TRUE(RemoveAll(work).ok());
   ASSERT_TRUE(MakeDirectories(work).ok());
   std::vector<int> prompt;

@@ -217,8 +217,8 @@ void MatVecQ8Rows(const WeightView& w, const float* prep, float* y, int64_t r0, 
     for (int64_t b = 0; b < blocks; ++b) {
       int32_t isum = 0;
       for (int64_t k = b * 32; k < b * 32 + 32; ++k) {
-        const auto q = static_cast<int32_t>((words[k / per_word] >> ((k % per_word) * w.bits)) &
-                                            mask);
+        const auto q =
+            static_cast<int32_t>((words[k / per_word] >> ((k % per_word) * w.bits)) & mask);
         const int64_t slot = Q8Slot(w.bits, k);
         isum += q * (256 * xa[slot] + xc[slot]);
       }

@@ -46,14 +46,14 @@ namespace rw::cpu::detail {
 namespace {
 
 struct Q8Layout {
-  int64_t kp;         // padded K
-  int64_t blocks;     // Kp / 32
-  int64_t c_off;      // byte offsets from the base (a is at 0)
-  int64_t d_off;      // e
+  int64_t kp;      // padded K
+  int64_t blocks;  // Kp / 32
+  int64_t c_off;   // byte offsets from the base (a is at 0)
+  int64_t d_off;   // e
   int64_t qs_off;
   int64_t sx_off;
-  int64_t sx_count;   // floats of sx (zero past the last group)
-  int64_t floats;     // the whole, in 4-byte units
+  int64_t sx_count;  // floats of sx (zero past the last group)
+  int64_t floats;    // the whole, in 4-byte units
 };
 
 [[maybe_unused]] Q8Layout Q8LayoutFor(const WeightView& w) {

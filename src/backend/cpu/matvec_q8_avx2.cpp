@@ -140,9 +140,9 @@ void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
     const float* xb = x + b * 32;
     __m256 v[4];
     for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(xb + 8 * j);
-    const __m256 m = _mm256_max_ps(
-        _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-        _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    const __m256 m =
+        _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                      _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
     const float amax = HorizontalMax(m);
     const float db = amax < detail::kQ8TinyMax ? 0.0f : amax / 127.0f;
     const __m256 dv = _mm256_set1_ps(db);
@@ -154,7 +154,8 @@ void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
       a[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));
       const __m256 r = _mm256_sub_ps(v[j], _mm256_mul_ps(_mm256_cvtepi32_ps(a[j]), dv));
       c[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(r, id), k256));
-      c[j] = _mm256_max_epi32(_mm256_min_epi32(c[j], lim), _mm256_sub_epi32(_mm256_setzero_si256(), lim));
+      c[j] = _mm256_max_epi32(_mm256_min_epi32(c[j], lim),
+                              _mm256_sub_epi32(_mm256_setzero_si256(), lim));
       sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_slli_epi32(a[j], 8), c[j]));
     }
     const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));

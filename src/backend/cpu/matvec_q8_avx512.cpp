@@ -80,10 +80,8 @@ struct Avx512Sums {
           const __mmask64 neg = _mm512_movepi8_mask(v);
           const __m512i zero = _mm512_setzero_si512();
           const __m512i mag = _mm512_abs_epi8(v);
-          const __m512i sa =
-              _mm512_maddubs_epi16(mag, _mm512_mask_sub_epi8(av, neg, zero, av));
-          const __m512i sc =
-              _mm512_maddubs_epi16(mag, _mm512_mask_sub_epi8(cv, neg, zero, cv));
+          const __m512i sa = _mm512_maddubs_epi16(mag, _mm512_mask_sub_epi8(av, neg, zero, av));
+          const __m512i sc = _mm512_maddubs_epi16(mag, _mm512_mask_sub_epi8(cv, neg, zero, cv));
           const __m512i s =
               _mm512_add_epi32(_mm512_madd_epi16(sa, k256), _mm512_madd_epi16(sc, ones));
           // A padded block read zero weights, i.e. q − 128 = −128 against planes of 0: sum 0.

@@ -96,11 +96,11 @@ void Rows(const WeightView& w, const char* base, const Q8Layout& l, float* y, in
     __m256i isum[kRows];
     const int nbt = static_cast<int>(Min64(8, blocks - 8 * c));
     if (nbt == 8)
-      Sums::template Chunk<kBits, kRows, true>(wc, xa + c * kChunk, xc + c * kChunk, qs + 8 * c,
-                                               8, isum);
+      Sums::template Chunk<kBits, kRows, true>(wc, xa + c * kChunk, xc + c * kChunk, qs + 8 * c, 8,
+                                               isum);
     else
-      Sums::template Chunk<kBits, kRows, false>(wc, xa + c * kChunk, xc + c * kChunk,
-                                                qs + 8 * c, nbt, isum);
+      Sums::template Chunk<kBits, kRows, false>(wc, xa + c * kChunk, xc + c * kChunk, qs + 8 * c,
+                                                nbt, isum);
     const __m256 dv = _mm256_load_ps(d + 8 * c);
     RW_UNROLL
     for (int i = 0; i < kRows; ++i) {
@@ -127,7 +127,8 @@ void RowsG(const WeightView& w, const char* base, const Q8Layout& l, float* y, i
   const int64_t n = r1 - r0;
   if (w.cols * kBits / 8 >= detail::kFarPairMinRowBytes && n >= detail::kFarPairMinRows) {
     const int64_t half = n / 2;
-    for (int64_t i = 0; i < half; ++i) Rows<Sums, kBits, kGroup, 2>(w, base, l, y + i, r0 + i, half);
+    for (int64_t i = 0; i < half; ++i)
+      Rows<Sums, kBits, kGroup, 2>(w, base, l, y + i, r0 + i, half);
     if (n % 2 != 0) Rows<Sums, kBits, kGroup, 1>(w, base, l, y + n - 1, r1 - 1, 0);
     return;
   }
@@ -166,17 +167,17 @@ void MatVecRows(const WeightView& w, const float* prep, float* y, int64_t r0, in
 // (lanes 0-3) and 2p + 1 (lanes 4-7). q8: part[b] holds block b in all 8 lanes. Both return
 // lane b = block b's sum (integer adds: any order gives the same value).
 inline __m256i ReduceQ4(const __m256i* part) {
-  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(part[0], part[1]),
-                                      _mm256_hadd_epi32(part[2], part[3]));
+  const __m256i h =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(part[0], part[1]), _mm256_hadd_epi32(part[2], part[3]));
   // h = [b0 b2 b4 b6 | b1 b3 b5 b7].
   return _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
 inline __m256i ReduceQ8(const __m256i* part) {
-  const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(part[0], part[1]),
-                                       _mm256_hadd_epi32(part[2], part[3]));
-  const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(part[4], part[5]),
-                                       _mm256_hadd_epi32(part[6], part[7]));
+  const __m256i lo =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(part[0], part[1]), _mm256_hadd_epi32(part[2], part[3]));
+  const __m256i hi =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(part[4], part[5]), _mm256_hadd_epi32(part[6], part[7]));
   // lo = [b0 b1 b2 b3 | b0 b1 b2 b3] (each half a partial sum), hi the same for b4..b7.
   return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
                           _mm256_permute2x128_si256(lo, hi, 0x31));

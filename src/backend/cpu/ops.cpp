@@ -248,8 +248,7 @@ void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin
       kMatVecChunksPerThread);
 }
 
-void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool,
-            Precision precision) {
+void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool, Precision precision) {
   MatVecRows(w, x, y, 0, w.rows, pool, precision);
 }
 
@@ -258,11 +257,10 @@ void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* 
   constexpr int kMaxMulti = 4;
   CHECK_MSG(0 < count && count <= kMaxMulti, "MatVecMulti takes 1 to {} matrices", kMaxMulti);
   const auto& kt = detail::Active();
-  const MatVecPlan plan[kMaxMulti] = {
-      {kt, Fast(ws[0], precision)},
-      {kt, count > 1 && Fast(ws[1], precision)},
-      {kt, count > 2 && Fast(ws[2], precision)},
-      {kt, count > 3 && Fast(ws[3], precision)}};
+  const MatVecPlan plan[kMaxMulti] = {{kt, Fast(ws[0], precision)},
+                                      {kt, count > 1 && Fast(ws[1], precision)},
+                                      {kt, count > 2 && Fast(ws[2], precision)},
+                                      {kt, count > 3 && Fast(ws[3], precision)}};
   // One prepared x per weight format (the layout depends on the type, bits and group).
   int64_t offset[kMaxMulti], total = 0, rows = 0;
   for (int i = 0; i < count; ++i) {

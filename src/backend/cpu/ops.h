@@ -35,9 +35,10 @@ const char* IsaName(Isa isa);
 // The affine matvecs' arithmetic. kExact (the default): weights dequantized to fp32 against
 // fp32 x, the reference's math. kFast: x held as two int8 planes per block of 32 (a 16-bit
 // code) and each block's dot an exact integer sum (backend/cpu/matvec_q8.h, which bounds the
-// error: each x moves by at most max|x of its block|/32512). kFast applies to affine weights in MatVec, MatVecRows, MatVecMulti and MatVecBatch
-// (Linear's decode and verify rows); f32/bf16 weights and MatMul (prefill) stay exact, and a
-// verify row still equals its decode row bit for bit.
+// error: each x moves by at most max|x of its block|/32512). kFast applies to affine weights in
+// MatVec, MatVecRows, MatVecMulti and MatVecBatch (Linear's decode and verify rows); f32/bf16
+// weights and MatMul (prefill) stay exact, and a verify row still equals its decode row bit for
+// bit.
 enum class Precision { kExact, kFast };
 
 // y[N] = W·x. x has K floats.
