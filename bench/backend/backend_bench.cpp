@@ -4,7 +4,9 @@
 // which is what decode and a prefill's experts see; "hot" repeats one copy. Times are the best
 // repetition: on a shared host the median can be far slower.
 //
-//   backend_bench [--quick] [--isa scalar] [--only matvec|matmul|attention|verify|elementwise]
+//   backend_bench [--quick] [--isa scalar|avx2]
+//                 [--only matvec|fast|matmul|attention|verify|elementwise]
+// "fast" times the affine matvec at both precisions (Precision::kExact, kFast) shape by shape.
 #include <fmt/format.h>
 #include <immintrin.h>
 
@@ -15,6 +17,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -145,7 +148,8 @@ ThreadPool* PoolOf(int threads) {
   return threads == 1 ? &p1 : &p2;
 }
 
-void BenchMatVec(int64_t n, int64_t k, int bits, double read1, double read2) {
+void BenchMatVec(int64_t n, int64_t k, int bits, double read1, double read2,
+                 Precision precision = Precision::kExact) {
   const int group = 64;
   const int64_t bytes = AffineWeight(nullptr, n, k, bits, group, nullptr, nullptr).RowBytes() * n;
   // Enough copies to stream ≥ 160 MB per rotation (cold), at most 1024 copies.
@@ -157,17 +161,18 @@ void BenchMatVec(int64_t n, int64_t k, int bits, double read1, double read2) {
     ThreadPool* pool = PoolOf(threads);
     const double cold = BestSeconds([&](int i) {
                           for (int c = 0; c < copies; ++c)
-                            MatVec(ms[(i + c) % copies]->view, x.data(), y.data(), pool);
+                            MatVec(ms[(i + c) % copies]->view, x.data(), y.data(), pool, precision);
                         }) /
                         copies;
     const std::string cold_cpu = CpuNote(threads, 1.0 / copies);
-    const double hot = BestSeconds([&](int) { MatVec(ms[0]->view, x.data(), y.data(), pool); });
+    const double hot =
+        BestSeconds([&](int) { MatVec(ms[0]->view, x.data(), y.data(), pool, precision); });
     const double gbs = bytes / cold * 1e-9;
     fmt::print(
-        "  q{} g64 [{:6} x {:4}] {:5.1f} MB  {}T: cold {:8.1f} us{} {:5.1f} GB/s ({:3.0f}% of read)"
-        "  hot {:8.1f} us{} {:5.1f} GB/s\n",
-        bits, n, k, bytes / 1e6, threads, cold * 1e6, cold_cpu, gbs,
-        100 * gbs / (threads == 1 ? read1 : read2), hot * 1e6, CpuNote(threads),
+        "  {}q{} g64 [{:6} x {:4}] {:5.1f} MB  {}T: cold {:8.1f} us{} {:5.1f} GB/s ({:3.0f}% of "
+        "read)  hot {:8.1f} us{} {:5.1f} GB/s\n",
+        precision == Precision::kFast ? "fast " : "", bits, n, k, bytes / 1e6, threads, cold * 1e6,
+        cold_cpu, gbs, 100 * gbs / (threads == 1 ? read1 : read2), hot * 1e6, CpuNote(threads),
         bytes / hot * 1e-9);
   }
 }
@@ -353,6 +358,9 @@ int Main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc &&
         std::strcmp(argv[i + 1], "scalar") == 0)
       SetActiveIsa(Isa::kScalar);
+    if (std::strcmp(argv[i], "--isa") == 0 && i + 1 < argc &&
+        std::strcmp(argv[i + 1], "avx2") == 0 && DetectedIsa() != Isa::kScalar)
+      SetActiveIsa(Isa::kAvx2);
   }
   fmt::print("backend_bench: isa {} (detected {}), {} hardware threads\n", IsaName(ActiveIsa()),
              IsaName(DetectedIsa()), std::thread::hardware_concurrency());
@@ -370,6 +378,20 @@ int Main(int argc, char** argv) {
     BenchMatVec(128, 2816, 8, read1, read2);
     BenchMatVec(128, 2816, 4, read1, read2);  // 0.2 MB: hot fits L2, the kernel's compute rate
     BenchMatVec(262144, 2816, 4, read1, read2);
+  }
+  if (only == "fast") {
+    // Exact then fast, shape by shape (x = 0.5 everywhere: speed does not depend on values).
+    fmt::print("matvec, exact vs fast precision:\n");
+    for (const auto& [n, k, bits] : {std::tuple<int64_t, int64_t, int>{2816, 2816, 4},
+                                     {704, 2816, 4},
+                                     {2816, 704, 4},
+                                     {2112, 2816, 8},
+                                     {128, 2816, 4},
+                                     {128, 2816, 8},
+                                     {262144, 2816, 4}}) {
+      BenchMatVec(n, k, bits, read1, read2, Precision::kExact);
+      BenchMatVec(n, k, bits, read1, read2, Precision::kFast);
+    }
   }
   if (run("matmul")) {
     fmt::print("matmul (prefill):\n");

@@ -152,6 +152,7 @@ Json BenchReportToJson(const BenchReport& r) {
                   {"core_lock", r.core_lock},
                   {"early_expert_read", EarlyReadName(o.engine.early_expert_read)},
                   {"kv_type", KvTypeName(r.kv_type)},
+                  {"precision", PrecisionName(o.engine.precision)},
                   {"threads", r.threads},
                   {"prefill_chunk", r.prefill_chunk},
                   {"prefill_span", r.prefill_span},
@@ -306,12 +307,13 @@ std::string BenchReportTable(const BenchReport& r) {
           ? fmt::format(" (VRAM budget {}; store columns: the VRAM expert cache)",
                         FormatBytes(r.options.engine.vram_budget))
           : std::string(r.backend == "cuda" ? " (every expert resident in VRAM)" : "")));
-  line(fmt::format(
-      "store {} ({}, {} reads in flight, early reads {}), {} threads, {} KV cache{}; "
-      "load {:.2f} s",
-      r.expert_store, r.io_backend, r.options.engine.io_threads,
-      EarlyReadName(r.options.engine.early_expert_read), r.threads, KvTypeName(r.kv_type),
-      r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
+  line(
+      fmt::format("store {} ({}, {} reads in flight, early reads {}), {} threads, {} KV cache, {} "
+                  "precision{}; load {:.2f} s",
+                  r.expert_store, r.io_backend, r.options.engine.io_threads,
+                  EarlyReadName(r.options.engine.early_expert_read), r.threads,
+                  KvTypeName(r.kv_type), PrecisionName(r.options.engine.precision),
+                  r.memory_plan.empty() ? "" : "; " + r.memory_plan, r.load_seconds));
   line(fmt::format(
       "prefill: chunks of {} tokens{}", r.prefill_chunk,
       r.prefill_span > 0

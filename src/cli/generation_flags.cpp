@@ -39,6 +39,10 @@ void AddEngineFlags(Flags& flags) {
   flags.String("kv-type", "f32",
                "cpu: the KV cache's element type: f32 (the reference), bf16 or f16 (half the "
                "bytes, at ~1% logits error); CUDA: f32 only");
+  flags.String("precision", "exact",
+               "cpu: the quantized matvecs of decode: exact (fp32 activations, the reference) or "
+               "fast (activations as two int8 planes per block of 32, integer dot products; "
+               "prefill stays fp32); CUDA: exact only");
   flags.String("lock-core", "on",
                "on: lock the core weights in memory (mlock) so memory pressure evicts only "
                "expert pages; off: leave them to the page cache");
@@ -99,6 +103,7 @@ Result<EngineOptions> EngineOptionsFromFlags(const Flags& flags) {
   RW_ASSIGN_OR_RETURN(o.backend, Flag(ParseBackendKind, flags, "backend"));
   const bool cuda = o.backend == BackendKind::kCuda;
   RW_ASSIGN_OR_RETURN(o.kv_type, Flag(ParseKvType, flags, "kv-type"));
+  RW_ASSIGN_OR_RETURN(o.precision, Flag(ParsePrecision, flags, "precision"));
   RW_ASSIGN_OR_RETURN(unsigned long long vram,
                       ParseByteSize(flags.GetString("vram-budget"), "--vram-budget"));
   if (vram > 0 && !cuda)

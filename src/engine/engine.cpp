@@ -53,6 +53,10 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
                  "--kv-type {} applies to --backend cpu (the CUDA backend's KV cache is fp32)",
                  KvTypeName(o.kv_type));
   mo.kv_type = o.kv_type;
+  if (cuda && o.precision != Precision::kExact)
+    return Error(ErrorCode::kInvalidArgument,
+                 "--precision {} applies to --backend cpu (the CUDA backend computes in fp32)",
+                 PrecisionName(o.precision));
   mo.lock_core = o.lock_core;
   mo.memory_budget = o.memory_budget;
   mo.max_context = std::max<int64_t>(1, o.max_context);
@@ -84,6 +88,7 @@ Result<std::shared_ptr<Engine>> Engine::Load(const EngineOptions& o) {
   }
   e->backend_ = o.backend;
   e->kv_type_ = o.kv_type;
+  e->precision_ = o.precision;
   e->fault_policy_ = o.fault_policy;
   e->stop_ids_ = e->model_->config().eos_token_ids;
   if (o.load_tokenizer) {
@@ -167,7 +172,7 @@ Session::Session(std::shared_ptr<const Engine> engine) : engine_(std::move(engin
 
 std::unique_ptr<ForwardBackend> Session::NewCpu() const {
   return NewCpuBackend(engine_->model(), engine_->max_context(), engine_->prefill_chunk(),
-                       engine_->pool(), engine_->kv_type());
+                       engine_->pool(), engine_->kv_type(), engine_->precision());
 }
 
 uint64_t Session::host_syncs() const {

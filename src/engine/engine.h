@@ -55,6 +55,11 @@ struct EngineOptions {
   // line's default is kDefaultKvType. The CUDA backend keeps its own fp32 cache, and its host
   // copy for failover must be fp32 too.
   KvType kv_type = KvType::kF32;
+  // The CPU backend's affine matvec arithmetic for decode and verify rows: exact (fp32, the
+  // reference) or fast (x as two int8 planes per block of 32, integer dot products; a mean KL
+  // of at most ~1e-4 nats per position on the golden fixtures, docs/PERFORMANCE.md). Prefill's
+  // matmuls stay fp32 either way. The CUDA backend has exact only.
+  Precision precision = Precision::kExact;
   // Lock the core weights in memory (see ModelOpenOptions::lock_core).
   bool lock_core = true;
   // Where the forward pass runs (cuda needs a CUDA build and a usable GPU).
@@ -105,6 +110,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int64_t prefill_span() const { return prefill_span_; }
   // The CPU backend's KV cache type.
   KvType kv_type() const { return kv_type_; }
+  Precision precision() const { return precision_; }
   ThreadPool* pool() const { return pool_; }
   BackendKind backend() const { return backend_; }
   // The device backend's weights (null on the CPU backend).
@@ -137,6 +143,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::unique_ptr<DeviceModel> device_;
   BackendKind backend_ = BackendKind::kCpu;
   KvType kv_type_ = KvType::kF32;
+  Precision precision_ = Precision::kExact;
   FaultPolicy fault_policy_ = FaultPolicy::kFailClosed;
   mutable std::atomic<bool> gpu_dropped_{false};  // set by a Session failing over
   friend class Session;

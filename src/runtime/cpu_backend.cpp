@@ -9,11 +9,13 @@ namespace {
 class CpuBackend final : public ForwardBackend {
  public:
   CpuBackend(const RuntimeModel& model, int64_t max_context, int64_t max_chunk, ThreadPool* pool,
-             KvType kv_type)
+             KvType kv_type, Precision precision)
       : kv_(model.config(), max_context, max_chunk, kv_type),
         fwd_(model, max_chunk),
         pool_(pool),
-        num_layers_(model.config().num_layers) {}
+        num_layers_(model.config().num_layers) {
+    fwd_.set_precision(precision);
+  }
 
   BackendKind kind() const override { return BackendKind::kCpu; }
   int64_t max_chunk() const override { return fwd_.max_chunk(); }
@@ -65,8 +67,9 @@ class CpuBackend final : public ForwardBackend {
 }  // namespace
 
 std::unique_ptr<ForwardBackend> NewCpuBackend(const RuntimeModel& model, int64_t max_context,
-                                              int64_t max_chunk, ThreadPool* pool, KvType kv_type) {
-  return std::make_unique<CpuBackend>(model, max_context, max_chunk, pool, kv_type);
+                                              int64_t max_chunk, ThreadPool* pool, KvType kv_type,
+                                              Precision precision) {
+  return std::make_unique<CpuBackend>(model, max_context, max_chunk, pool, kv_type, precision);
 }
 
 }  // namespace rw

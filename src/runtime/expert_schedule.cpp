@@ -155,13 +155,18 @@ void ExpertSchedule::RunExpert(size_t i, const ExpertRef& ref, const float* u2, 
   if (n == 1) {
     const WeightView gate_up[2] = {gate, up};
     float* const outs[2] = {s.g.data(), s.u.data()};
-    cpu::MatVecMulti(gate_up, 2, &u2[list[0].first * H], outs, pool);
+    cpu::MatVecMulti(gate_up, 2, &u2[list[0].first * H], outs, pool, precision_);
     cpu::GegluInPlace(s.g.data(), s.u.data(), I);
-    cpu::MatVec(ViewOf(ref.blob, ref.layout->down), s.g.data(), y, pool);
+    cpu::MatVec(ViewOf(ref.blob, ref.layout->down), s.g.data(), y, pool, precision_);
     return;
   }
   for (int64_t r = 0; r < n; ++r) std::copy_n(&u2[list[r].first * H], H, &s.in[r * H]);
-  const auto linear = exact_rows_ ? cpu::MatVecBatch : cpu::MatMul;
+  auto linear = [&](const WeightView& w, const float* x, int64_t m, float* out, ThreadPool* p) {
+    if (exact_rows_)
+      cpu::MatVecBatch(w, x, m, out, p, precision_);
+    else
+      cpu::MatMul(w, x, m, out, p);
+  };
   linear(gate, s.in.data(), n, s.g.data(), pool);
   linear(up, s.in.data(), n, s.u.data(), pool);
   cpu::GegluInPlace(s.g.data(), s.u.data(), n * I);

@@ -46,6 +46,8 @@ class ExpertSchedule {
     int64_t guessed = 0, right = 0, chosen = 0;
   };
   EarlyCounts TakeEarlyCounts() { return std::exchange(early_counts_, EarlyCounts{}); }
+  // The experts' matvec arithmetic (the early reads' router guess stays exact).
+  void set_precision(cpu::Precision precision) { precision_ = precision; }
 
  private:
   // Times the stretches in which some thread waits for an expert read and no thread computes
@@ -90,6 +92,7 @@ class ExpertSchedule {
   // so each token's rows are the bits a decode step gives it. A prefill chunk's experts use
   // MatMul (faster from 9 users on).
   bool exact_rows_ = false;
+  cpu::Precision precision_ = cpu::Precision::kExact;
   ZeroedFloats early_r_, early_logits_;  // the next layer's router guess
   std::vector<int> early_guess_;
   int early_guess_layer_ = -1;  // the layer early_guess_ is for (-1: none)

@@ -322,11 +322,11 @@ void ForwardPass::Attention(int li, KvCache& kv, int64_t m, int64_t pos0, Thread
     // Decode: the projections as one parallel job.
     const WeightView ws[3] = {L.q, L.k, L.v};
     float* const ys[3] = {q_.data(), k_.data(), v_.data()};
-    cpu::MatVecMulti(ws, g.k_eq_v ? 2 : 3, a_.data(), ys, pool);
+    cpu::MatVecMulti(ws, g.k_eq_v ? 2 : 3, a_.data(), ys, pool, precision_);
   } else {
-    Linear(L.q, a_.data(), m, q_.data(), pool);
-    Linear(L.k, a_.data(), m, k_.data(), pool);
-    if (!g.k_eq_v) Linear(L.v, a_.data(), m, v_.data(), pool);
+    Linear(L.q, a_.data(), m, q_.data(), pool, precision_);
+    Linear(L.k, a_.data(), m, k_.data(), pool, precision_);
+    if (!g.k_eq_v) Linear(L.v, a_.data(), m, v_.data(), pool, precision_);
   }
   if (g.k_eq_v) std::copy(k_.begin(), k_.begin() + m * kvdim, v_.begin());
   const WeightView qn = NormWeight(L.q_norm), kn = NormWeight(L.k_norm);
@@ -358,7 +358,7 @@ void ForwardPass::Attention(int li, KvCache& kv, int64_t m, int64_t pos0, Thread
                      pool);
   }
   dump_.Write("attn", li, att_.data(), m, qdim);
-  Linear(L.o, att_.data(), m, o_.data(), pool);
+  Linear(L.o, att_.data(), m, o_.data(), pool, precision_);
   // A8.
   const WeightView post = NormWeight(L.post_attn_ln);
   cpu::RmsNormRows(o_.data(), o_.data(), m, H, &post, eps);
@@ -377,13 +377,13 @@ void ForwardPass::DenseMlp(int li, int64_t m, ThreadPool* pool) {
   if (m == 1) {
     const WeightView ws[2] = {L.gate, L.up};
     float* const ys[2] = {g_.data(), u_.data()};
-    cpu::MatVecMulti(ws, 2, a_.data(), ys, pool);
+    cpu::MatVecMulti(ws, 2, a_.data(), ys, pool, precision_);
   } else {
-    Linear(L.gate, a_.data(), m, g_.data(), pool);
-    Linear(L.up, a_.data(), m, u_.data(), pool);
+    Linear(L.gate, a_.data(), m, g_.data(), pool, precision_);
+    Linear(L.up, a_.data(), m, u_.data(), pool, precision_);
   }
   cpu::GegluInPlace(g_.data(), u_.data(), m * I);
-  Linear(L.down, g_.data(), m, m1_.data(), pool);
+  Linear(L.down, g_.data(), m, m1_.data(), pool, precision_);
   if (c_.enable_moe) {
     const WeightView post1 = NormWeight(L.post_ff_ln1);
     cpu::RmsNormRows(m1_.data(), m1_.data(), m, H, &post1, eps);
@@ -403,6 +403,7 @@ void ForwardPass::Router(int li, int64_t m, ThreadPool* pool) {
     cpu::Mul(&r_[t * H], L.router_scale.data(), H);
     cpu::Scale(&r_[t * H], root, H);
   }
+  // Always exact: a tiny matrix, and its rounding would move which experts run.
   Linear(L.router, r_.data(), m, router_logits_.data(), pool);
   for (int64_t t = 0; t < m; ++t)
     RouteTopK(&router_logits_[t * E], static_cast<int>(E), static_cast<int>(k),
@@ -443,7 +444,7 @@ void ForwardPass::Head(int64_t row0, int64_t rows, float* logits, ThreadPool* po
   const WeightView norm = NormWeight(model_.final_norm());
   cpu::RmsNormRows(&x_[row0 * H], a_.data(), rows, H, &norm, static_cast<float>(c_.rms_norm_eps));
   dump_.Write("final_norm", -1, a_.data(), rows, H);
-  Linear(model_.embed(), a_.data(), rows, logits, pool);
+  Linear(model_.embed(), a_.data(), rows, logits, pool, precision_);
   if (c_.final_logit_softcapping > 0)
     cpu::Softcap(logits, rows * V, static_cast<float>(c_.final_logit_softcapping));
 }

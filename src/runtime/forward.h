@@ -80,6 +80,12 @@ class ForwardPass {
   // from now on (null: off); the caller keeps it alive. A RunFrom call's layers before its
   // first_layer ran elsewhere: their rows are zero.
   void set_capture(HiddenCapture* capture) { capture_ = capture; }
+  // The affine matvecs' arithmetic (cpu::Precision) for decode and verify rows, experts
+  // included; the router and prefill's matmuls stay exact.
+  void set_precision(cpu::Precision precision) {
+    precision_ = precision;
+    experts_.set_precision(precision);
+  }
 
   // Runs tokens ids[0..m) at positions pos0..pos0+m−1 (1 <= m <= max_chunk), stores their K/V
   // in kv, and writes logits: kAll → m rows, kLast → the last row, kNone → nothing. The caller
@@ -146,6 +152,7 @@ class ForwardPass {
   ZeroedFloats topk_w_;           // [m][k]
   // The routed experts' plan, reads and compute (DecoderLayer begins, Experts runs).
   ExpertSchedule experts_;
+  cpu::Precision precision_ = cpu::Precision::kExact;
   RoutingTrace* trace_ = nullptr;
   HiddenCapture* capture_ = nullptr;
   std::function<void(int)> before_layer_;

@@ -14,6 +14,16 @@ Result<BackendKind> ParseBackendKind(std::string_view name) {
   return Error(ErrorCode::kInvalidArgument, "backend must be cpu or cuda, not '{}'", name);
 }
 
+const char* PrecisionName(Precision precision) {
+  return precision == Precision::kFast ? "fast" : "exact";
+}
+
+Result<Precision> ParsePrecision(std::string_view name) {
+  if (name == "exact") return Precision::kExact;
+  if (name == "fast") return Precision::kFast;
+  return Error(ErrorCode::kInvalidArgument, "precision must be exact or fast, not '{}'", name);
+}
+
 const char* FaultPolicyName(FaultPolicy policy) {
   return policy == FaultPolicy::kFailoverCpu ? "failover-cpu" : "fail-closed";
 }

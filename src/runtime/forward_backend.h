@@ -38,6 +38,12 @@ enum class FaultPolicy { kFailClosed, kFailoverCpu };
 const char* FaultPolicyName(FaultPolicy policy);  // "fail-closed" | "failover-cpu"
 Result<FaultPolicy> ParseFaultPolicy(std::string_view name);
 
+// The CPU backend's affine matvec arithmetic (cpu::Precision): exact (fp32, the default) or
+// fast (int8 activations).
+using cpu::Precision;
+const char* PrecisionName(Precision precision);  // "exact" | "fast"
+Result<Precision> ParsePrecision(std::string_view name);
+
 // How routed experts missing from VRAM reach the GPU's kernels under a budget: kMapped (read in
 // place from pinned host memory; needs the mmap store, else copy), kCopy (copied into VRAM
 // before each layer runs), kAuto (mapped where possible).
@@ -156,7 +162,8 @@ class DeviceModel {
 // The CPU pass and its KV cache over `model`, threads from `pool`.
 std::unique_ptr<ForwardBackend> NewCpuBackend(const RuntimeModel& model, int64_t max_context,
                                               int64_t max_chunk, ThreadPool* pool,
-                                              KvType kv_type = KvType::kF32);
+                                              KvType kv_type = KvType::kF32,
+                                              Precision precision = Precision::kExact);
 
 struct CudaBackendOptions {
   uint64_t vram_budget = 0;  // 0: every expert resident

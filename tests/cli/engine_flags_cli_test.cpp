@@ -15,9 +15,10 @@ namespace {
 using test::ShellOut;
 
 const char* const kEngineFlags[] = {
-    "--model",        "--threads",       "--max-context", "--prefill-chunk", "--prefill-span",
-    "--expert-store", "--memory-budget", "--io-threads",  "--io-backend",    "--early-expert-read",
-    "--lock-core",    "--backend",       "--vram-budget", "--fault-policy",  "--kv-type"};
+    "--model",        "--threads",           "--max-context",   "--prefill-chunk",
+    "--prefill-span", "--expert-store",      "--memory-budget", "--io-threads",
+    "--io-backend",   "--early-expert-read", "--lock-core",     "--backend",
+    "--vram-budget",  "--fault-policy",      "--kv-type",       "--precision"};
 
 TEST(EngineFlagsCli, EveryModelLoadingCommandListsTheEngineFlags) {
   for (const char* cmd : {"run", "chat", "serve", "bench", "trace", "logits"}) {
@@ -70,6 +71,21 @@ TEST(EngineFlagsCli, LogitsTakesTheExpertStoreAndRefusesBadValues) {
   out = ShellOut(base + "--kv-type f8 2>&1", &rc);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--kv-type must be f32, bf16 or f16, not 'f8'"), std::string::npos) << out;
+  // The matvec precision: exact is the default; fast (int8 activations) gives logits of its own
+  // (4 ids: the few-row matvec path, which fast covers); a bad value is a clear error.
+  out = ShellOut(base + "--precision exact --out " + dir + "/exact.bin 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = ShellOut(base + "--precision fast --out " + dir + "/fast.bin 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto exact = ReadFileToString(dir + "/exact.bin");
+  auto fast = ReadFileToString(dir + "/fast.bin");
+  ASSERT_TRUE(exact.ok() && fast.ok());
+  EXPECT_TRUE(*exact == *a) << "exact is the command line's default precision";
+  EXPECT_EQ(fast->size(), exact->size());
+  EXPECT_TRUE(*fast != *exact) << "--precision fast changed nothing";
+  out = ShellOut(base + "--precision turbo 2>&1", &rc);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--precision must be exact or fast, not 'turbo'"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 

@@ -1,7 +1,8 @@
 // Speculative decoding emits exactly plain decoding's tokens only if a verify's logits are the
 // decode steps' logits to the bit: on the CPU, for every block of k = 1..16 tokens, on every
 // kernel set this CPU runs, after a prompt longer than the sliding window (so the rings wrap and
-// sliding rows see different windows), and whatever the thread counts of the two engines (1 and 2).
+// sliding rows see different windows), and whatever the thread counts of the two engines (1 and 2);
+// with --precision exact and fast alike.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,8 +23,9 @@ std::string Model() {
   return dir;
 }
 
-std::shared_ptr<Engine> Load(int threads) {
+std::shared_ptr<Engine> Load(int threads, Precision precision) {
   EngineOptions o;
+  o.precision = precision;
   o.model_dir = Model();
   o.threads = threads;
   o.max_context = kContext;
@@ -46,8 +48,10 @@ struct IsaGuard {
   ~IsaGuard() { cpu::SetActiveIsa(saved); }
 };
 
-TEST(ExactVerify, VerifyRowsAreDecodeStepsBitForBit) {
-  auto decoder = Load(1), verifier = Load(2);
+class ExactVerify : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(ExactVerify, VerifyRowsAreDecodeStepsBitForBit) {
+  auto decoder = Load(1, GetParam()), verifier = Load(2, GetParam());
   ASSERT_NE(decoder, nullptr);
   ASSERT_NE(verifier, nullptr);
   const int vocab = static_cast<int>(decoder->config().vocab_size);
@@ -88,6 +92,12 @@ TEST(ExactVerify, VerifyRowsAreDecodeStepsBitForBit) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ExactVerify,
+                         ::testing::Values(Precision::kExact, Precision::kFast),
+                         [](const ::testing::TestParamInfo<Precision>& info) {
+                           return std::string(PrecisionName(info.param));
+                         });
 
 }  // namespace
 }  // namespace rw

@@ -68,6 +68,12 @@ struct KernelTable {
                      float scale, float* s, int64_t lds);
   void (*pv_f16)(const float* p, int64_t ldp, int nq, int64_t n, const uint16_t* v, int head_dim,
                  float* const* o);
+
+  // Precision::kFast on affine weights (the definition is in matvec_q8.h): prepare_x_q8 writes
+  // x as int8 blocks into Q8LayoutFor(w).floats floats at a 64-byte aligned prep; matvec_q8_rows
+  // then writes y[r - r0] for rows [r0, r1). Every table gives the same bits.
+  void (*prepare_x_q8)(const WeightView& w, const float* x, float* prep);
+  void (*matvec_q8_rows)(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1);
 };
 
 const KernelTable& ScalarKernels();

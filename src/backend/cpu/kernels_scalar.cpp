@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matvec_q8.h"
 #include "base/bf16.h"
 
 namespace rw::cpu::detail {
@@ -147,6 +148,89 @@ void DequantRow(const WeightView& w, int64_t row, float* out) {
   DecodeRow(w, row, out);
 }
 
+// ---- The fast affine matvec: matvec_q8.h's definition, written out plainly. -------------------
+
+// Hsum: the 8-lane reduction order of the AVX2 HorizontalSum.
+float Hsum8(const float* v) {
+  return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
+  const Q8Layout l = Q8LayoutFor(w);
+  auto* base = reinterpret_cast<char*>(prep);
+  auto* xa = reinterpret_cast<int8_t*>(base);
+  auto* xc = reinterpret_cast<int8_t*>(base + l.c_off);
+  auto* e = reinterpret_cast<float*>(base + l.d_off);
+  auto* qs = reinterpret_cast<int32_t*>(base + l.qs_off);
+  auto* sx = reinterpret_cast<float*>(base + l.sx_off);
+  std::fill(xa, xa + l.kp, int8_t{0});
+  std::fill(xc, xc + l.kp, int8_t{0});
+  for (int64_t b = 0; b < l.blocks; ++b) {
+    e[b] = 0.0f;
+    qs[b] = 0;
+    if (b * 32 >= w.cols) continue;
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float db = amax < kQ8TinyMax ? 0.0f : amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float a = std::nearbyint(xb[i] * id);
+      const float r = xb[i] - a * db;
+      const float c = std::clamp(std::nearbyint((r * id) * 256.0f), -127.0f, 127.0f);
+      const int64_t slot = Q8Slot(w.bits, b * 32 + i);
+      xa[slot] = static_cast<int8_t>(a);
+      xc[slot] = static_cast<int8_t>(c);
+      sum += 256 * static_cast<int32_t>(a) + static_cast<int32_t>(c);
+    }
+    e[b] = db / 256.0f;
+    qs[b] = sum;
+  }
+  const int64_t groups = w.RowGroups();
+  for (int64_t g = 0; g < l.sx_count; ++g) {
+    if (g >= groups) {
+      sx[g] = 0.0f;
+      continue;
+    }
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t k = 0; k < w.group; ++k) lane[k % 8] += x[g * w.group + k];
+    sx[g] = Hsum8(lane);
+  }
+}
+
+void MatVecQ8Rows(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1) {
+  const Q8Layout l = Q8LayoutFor(w);
+  const auto* base = reinterpret_cast<const char*>(prep);
+  const auto* xa = reinterpret_cast<const int8_t*>(base);
+  const auto* xc = reinterpret_cast<const int8_t*>(base + l.c_off);
+  const auto* e = reinterpret_cast<const float*>(base + l.d_off);
+  const auto* sx = reinterpret_cast<const float*>(base + l.sx_off);
+  const int per_word = 32 / w.bits;
+  const uint32_t mask = (1u << w.bits) - 1u;
+  const int64_t groups = w.RowGroups(), blocks = w.cols / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint32_t* words = static_cast<const uint32_t*>(w.data) + r * w.RowWords();
+    const uint16_t* sr = w.scales + r * groups;
+    const uint16_t* br = w.biases + r * groups;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, bacc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t b = 0; b < blocks; ++b) {
+      int32_t isum = 0;
+      for (int64_t k = b * 32; k < b * 32 + 32; ++k) {
+        const auto q =
+            static_cast<int32_t>((words[k / per_word] >> ((k % per_word) * w.bits)) & mask);
+        const int64_t slot = Q8Slot(w.bits, k);
+        isum += q * (256 * xa[slot] + xc[slot]);
+      }
+      const float c = Bf16ToF32(sr[b * 32 / w.group]) * e[b];
+      acc[b % 8] = std::fma(static_cast<float>(isum), c, acc[b % 8]);
+    }
+    for (int64_t g = 0; g < groups; ++g)
+      bacc[g % 8] = std::fma(Bf16ToF32(br[g]), sx[g], bacc[g % 8]);
+    y[r - r0] = Hsum8(acc) + Hsum8(bacc);
+  }
+}
+
 const KernelTable kScalar = {
     Isa::kScalar,
     PrepFloats,
@@ -176,6 +260,8 @@ const KernelTable kScalar = {
     PvHalf<Bf16ToF32>,
     ScoresHalf<F16ToF32>,
     PvHalf<F16ToF32>,
+    PrepareXQ8,
+    MatVecQ8Rows,
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear_avx512.h"
+#include "backend/cpu/matvec_q8.h"
 #include "base/check.h"
 
 namespace rw::cpu {
@@ -91,6 +92,34 @@ bool UsePool(const ThreadPool* pool, int64_t n, int64_t grain) {
   return pool != nullptr && pool->size() > 1 && n >= 2 * grain;
 }
 
+// Whether a matvec of w runs the fast (int8 x) kernel.
+bool Fast(const WeightView& w, Precision precision) {
+  return precision == Precision::kFast && w.type == WeightType::kAffine;
+}
+
+// One matvec's kernel choice: the prepared x's size, its preparation and the row kernel, so the
+// callers below split rows the same way for either precision.
+struct MatVecPlan {
+  const detail::KernelTable& kt;
+  bool fast;
+  int64_t PrepFloats(const WeightView& w) const {
+    return fast ? detail::Q8LayoutFor(w).floats : kt.prep_floats(w);
+  }
+  void Prepare(const WeightView& w, const float* x, float* prep) const {
+    if (fast)
+      kt.prepare_x_q8(w, x, prep);
+    else
+      kt.prepare_x(w, x, prep);
+  }
+  void Rows(const WeightView& w, const float* x, const float* prep, float* y, int64_t r0,
+            int64_t r1) const {
+    if (fast)
+      kt.matvec_q8_rows(w, prep, y, r0, r1);
+    else
+      kt.matvec_rows(w, x, prep, y, r0, r1);
+  }
+};
+
 }  // namespace
 
 // ---- Dispatch
@@ -168,6 +197,7 @@ const KernelTable& Avx512Kernels() {
     k.prepare_x = avx512::PrepareX;
     k.matvec_rows = avx512::MatVecRows;
     k.matmul_prepped_rows = avx512::MatMulPreppedRows;
+    k.matvec_q8_rows = avx512::MatVecQ8Rows;
     // The AVX2 table's 8 was measured on Zen 3 only; this kernel streams its weights once per
     // group of 4 rows, so it keeps packing from 5 rows on.
     k.small_m = 4;
@@ -191,7 +221,7 @@ const KernelTable& Active() {
 // --------------------------------------------------------------------------------------
 
 void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
-                ThreadPool* pool) {
+                ThreadPool* pool, Precision precision) {
   CheckWeightView(w);
   CHECK_MSG(0 <= row_begin && row_begin <= row_end && row_end <= w.rows, "rows [{}, {}) of {}",
             row_begin, row_end, w.rows);
@@ -201,32 +231,36 @@ void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin
     std::fill(y, y + n, 0.0f);
     return;
   }
-  const auto& kt = detail::Active();
-  float* prep = PrepScratch(kt.prep_floats(w));
-  kt.prepare_x(w, x, prep);
+  const MatVecPlan plan{detail::Active(), Fast(w, precision)};
+  float* prep = PrepScratch(plan.PrepFloats(w));
+  plan.Prepare(w, x, prep);
   const int64_t grain = RowGrain(w, 16);
   if (!UsePool(pool, n, grain)) {
-    kt.matvec_rows(w, x, prep, y, row_begin, row_end);
+    plan.Rows(w, x, prep, y, row_begin, row_end);
     return;
   }
   pool->ParallelFor(
       static_cast<size_t>(n), static_cast<size_t>(grain),
       [&](size_t b, size_t e, int) {
-        kt.matvec_rows(w, x, prep, y + b, row_begin + static_cast<int64_t>(b),
-                       row_begin + static_cast<int64_t>(e));
+        plan.Rows(w, x, prep, y + b, row_begin + static_cast<int64_t>(b),
+                  row_begin + static_cast<int64_t>(e));
       },
       kMatVecChunksPerThread);
 }
 
-void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool) {
-  MatVecRows(w, x, y, 0, w.rows, pool);
+void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool, Precision precision) {
+  MatVecRows(w, x, y, 0, w.rows, pool, precision);
 }
 
 void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* ys,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, Precision precision) {
   constexpr int kMaxMulti = 4;
   CHECK_MSG(0 < count && count <= kMaxMulti, "MatVecMulti takes 1 to {} matrices", kMaxMulti);
   const auto& kt = detail::Active();
+  const MatVecPlan plan[kMaxMulti] = {{kt, Fast(ws[0], precision)},
+                                      {kt, count > 1 && Fast(ws[1], precision)},
+                                      {kt, count > 2 && Fast(ws[2], precision)},
+                                      {kt, count > 3 && Fast(ws[3], precision)}};
   // One prepared x per weight format (the layout depends on the type, bits and group).
   int64_t offset[kMaxMulti], total = 0, rows = 0;
   for (int i = 0; i < count; ++i) {
@@ -235,7 +269,7 @@ void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* 
     const bool same_as_previous = i > 0 && ws[i].type == ws[i - 1].type &&
                                   ws[i].bits == ws[i - 1].bits && ws[i].group == ws[i - 1].group;
     offset[i] = same_as_previous ? offset[i - 1] : total;
-    if (!same_as_previous) total += (kt.prep_floats(ws[i]) + 15) / 16 * 16;
+    if (!same_as_previous) total += (plan[i].PrepFloats(ws[i]) + 15) / 16 * 16;
     rows += ws[i].rows;
   }
   if (rows == 0) return;
@@ -245,14 +279,14 @@ void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* 
   }
   float* prep = PrepScratch(total);
   for (int i = 0; i < count; ++i)
-    if (i == 0 || offset[i] != offset[i - 1]) kt.prepare_x(ws[i], x, prep + offset[i]);
+    if (i == 0 || offset[i] != offset[i - 1]) plan[i].Prepare(ws[i], x, prep + offset[i]);
   // Rows [b, e) of the matrices stacked in order.
   auto run = [&](int64_t b, int64_t e) {
     int64_t base = 0;
     for (int i = 0; i < count && base < e; base += ws[i].rows, ++i) {
       const int64_t r0 = std::max<int64_t>(b - base, 0);
       const int64_t r1 = std::min<int64_t>(e - base, ws[i].rows);
-      if (r0 < r1) kt.matvec_rows(ws[i], x, prep + offset[i], ys[i] + r0, r0, r1);
+      if (r0 < r1) plan[i].Rows(ws[i], x, prep + offset[i], ys[i] + r0, r0, r1);
     }
   };
   const int64_t grain = RowGrain(ws[0], 16);
@@ -266,12 +300,13 @@ void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* 
       kMatVecChunksPerThread);
 }
 
-void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
+void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool,
+                 Precision precision) {
   CheckWeightView(w);
   CHECK_MSG(1 <= m && m <= kExactRows, "MatVecBatch of {} rows (1 to {})", m, kExactRows);
   if (w.rows == 0) return;
   if (m == 1) {
-    MatVec(w, x, y, pool);
+    MatVec(w, x, y, pool, precision);
     return;
   }
   if (w.cols == 0) {
@@ -279,13 +314,16 @@ void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, Threa
     return;
   }
   const auto& kt = detail::Active();
-  const int64_t stride = (kt.prep_floats(w) + 15) / 16 * 16;
+  const MatVecPlan plan{kt, Fast(w, precision)};
+  const int64_t stride = (plan.PrepFloats(w) + 15) / 16 * 16;
   float* prep = PrepScratch(std::max<int64_t>(1, stride * m));
-  for (int64_t i = 0; i < m; ++i) kt.prepare_x(w, x + i * w.cols, prep + i * stride);
-  // Affine weights: the kernel that unpacks each block once for up to 4 rows of x (per row the
-  // matvec's instruction sequence). Otherwise the matvec itself, row by row of x over blocks of
-  // weight rows small enough to stay in L2, so the weights still come from memory once.
-  const bool shared = w.type == WeightType::kAffine && kt.matmul_prepped_rows != nullptr;
+  for (int64_t i = 0; i < m; ++i) plan.Prepare(w, x + i * w.cols, prep + i * stride);
+  // Affine weights, exact: the kernel that unpacks each block once for up to 4 rows of x (per
+  // row the matvec's instruction sequence). Otherwise (fast too) the matvec itself, row by row
+  // of x over blocks of weight rows small enough to stay in L2, so the weights still come from
+  // memory once.
+  const bool shared =
+      !plan.fast && w.type == WeightType::kAffine && kt.matmul_prepped_rows != nullptr;
   const int64_t block = std::max<int64_t>(1, (64 * 1024) / std::max<int64_t>(1, w.RowBytes()));
   auto run = [&](int64_t r0, int64_t r1) {
     if (shared) {
@@ -295,7 +333,7 @@ void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, Threa
     for (int64_t rb = r0; rb < r1; rb += block) {
       const int64_t re = std::min(r1, rb + block);
       for (int64_t i = 0; i < m; ++i)
-        kt.matvec_rows(w, x + i * w.cols, prep + i * stride, y + i * w.rows + rb, rb, re);
+        plan.Rows(w, x + i * w.cols, prep + i * stride, y + i * w.rows + rb, rb, re);
     }
   };
   // Every row of y is computed alone, so how the rows are split does not change any result.

@@ -32,15 +32,25 @@ const char* IsaName(Isa isa);
 // ---- Linear
 // --------------------------------------------------------------------------------------
 
+// The affine matvecs' arithmetic. kExact (the default): weights dequantized to fp32 against
+// fp32 x, the reference's math. kFast: x held as two int8 planes per block of 32 (a 16-bit
+// code) and each block's dot an exact integer sum (backend/cpu/matvec_q8.h, which bounds the
+// error: each x moves by at most max|x of its block|/32512). kFast applies to affine weights in
+// MatVec, MatVecRows, MatVecMulti and MatVecBatch (Linear's decode and verify rows); f32/bf16
+// weights and MatMul (prefill) stay exact, and a verify row still equals its decode row bit for
+// bit.
+enum class Precision { kExact, kFast };
+
 // y[N] = W·x. x has K floats.
-void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool);
+void MatVec(const WeightView& w, const float* x, float* y, ThreadPool* pool,
+            Precision precision = Precision::kExact);
 // Output rows [row_begin, row_end) only: y[r - row_begin] = (W·x)[r].
 void MatVecRows(const WeightView& w, const float* x, float* y, int64_t row_begin, int64_t row_end,
-                ThreadPool* pool);
+                ThreadPool* pool, Precision precision = Precision::kExact);
 // ys[i] = ws[i]·x for `count` matrices with the same K, as one parallel job (one wake-up of
 // the pool, x prepared once per weight format): decode's q/k/v and gate/up projections.
 void MatVecMulti(const WeightView* ws, int count, const float* x, float* const* ys,
-                 ThreadPool* pool);
+                 ThreadPool* pool, Precision precision = Precision::kExact);
 // Y[M, N] = X[M, K]·Wᵀ (row-major X and Y). Each dequantized weight tile is reused for all M
 // rows, so this is much faster than M MatVec calls.
 void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool);
@@ -50,14 +60,16 @@ void MatMul(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool
 inline constexpr int64_t kExactRows = 16;
 // Y[M, N] = X[M, K]·Wᵀ for m <= kExactRows rows, each row bitwise MatVec's: the matvec kernel
 // over several x rows, with each block of weights read from memory once for all of them.
-void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool);
+void MatVecBatch(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool,
+                 Precision precision = Precision::kExact);
 // y = W·x for m rows: MatVec for one row (decode), MatVecBatch for a verify's few, MatMul
-// (packed panels, faster for many rows, rounded differently) for prefill.
-inline void Linear(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool) {
+// (packed panels, faster for many rows, rounded differently; always exact) for prefill.
+inline void Linear(const WeightView& w, const float* x, int64_t m, float* y, ThreadPool* pool,
+                   Precision precision = Precision::kExact) {
   if (m == 1)
-    MatVec(w, x, y, pool);
+    MatVec(w, x, y, pool, precision);
   else if (m <= kExactRows)
-    MatVecBatch(w, x, m, y, pool);
+    MatVecBatch(w, x, m, y, pool, precision);
   else
     MatMul(w, x, m, y, pool);
 }

@@ -8,6 +8,7 @@
 #include "backend/cpu/avx2_math.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/linear_avx2.h"
+#include "backend/cpu/matvec_q8.h"
 
 namespace rw::cpu::avx2 {
 namespace {
@@ -191,13 +192,14 @@ float Dot(const float* a, const float* b, int64_t n) {
 constexpr int kSmallM = 8;
 
 const detail::KernelTable kAvx2 = {
-    Isa::kAvx2, PrepFloats, PrepareX,   MatVecRows,
-    MatMulRows, 16,         kSmallM,    MatMulPreppedRows,
-    DequantRow, Bf16ToF32,  SumSquares, ScaleByWeight,
-    Geglu,      Max,        ExpSubSum,  Softcap,
-    Rope,       Add,        Mul,        Scale,
-    Axpy,       Dot,        Scores,     Pv,
-    ScoresBf16, PvBf16,     ScoresF16,  PvF16,
+    Isa::kAvx2, PrepFloats,   PrepareX,   MatVecRows,
+    MatMulRows, 16,           kSmallM,    MatMulPreppedRows,
+    DequantRow, Bf16ToF32,    SumSquares, ScaleByWeight,
+    Geglu,      Max,          ExpSubSum,  Softcap,
+    Rope,       Add,          Mul,        Scale,
+    Axpy,       Dot,          Scores,     Pv,
+    ScoresBf16, PvBf16,       ScoresF16,  PvF16,
+    PrepareXQ8, MatVecQ8Rows,
 };
 
 }  // namespace
