@@ -310,8 +310,10 @@ Result<const cuda::XPlanes*> CudaForwardPass::SplitX(const float* x, int64_t m, 
 Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsRows rows,
                                 float* logits, ForwardStats* stats) {
   CHECK_MSG(m >= 1 && m <= max_chunk_, "chunk of {} tokens (max {})", m, max_chunk_);
-  TraceScope call_scope("forward call", "cuda", "tokens", m, "gpu_traced",
-                        trace::Enabled() && cuda::TraceGpuForCall(m) ? 1 : 0);
+  const bool gpu_traced = trace::Enabled() && cuda::TraceGpuForCall(m);
+  // A sampled recorded call runs kernel by kernel (activity_trace.h says why).
+  const bool eager_for_trace = gpu_traced && cuda::GpuTraceSampled();
+  TraceScope call_scope("forward call", "cuda", "tokens", m, "gpu_traced", gpu_traced ? 1 : 0);
   Stopwatch sw;
   std::memcpy(h_params_, &pos0, 8);
   std::memcpy(h_params_ + 8, ids, static_cast<size_t>(m) * 4);
@@ -334,7 +336,8 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
   }
   // One decode step as a graph when nothing in it needs the host (experts resident or mapped).
   const bool graphable = m == 1 && rows == LogitsRows::kLast && use_graphs_ && !graph_failed_ &&
-                         fault_layer_ < 0 && (!c_.enable_moe || model_.decode_table() != nullptr);
+                         fault_layer_ < 0 && !eager_for_trace &&
+                         (!c_.enable_moe || model_.decode_table() != nullptr);
   if (graphable && graph_exec_ == nullptr) {
     cudaGraph_t graph = nullptr;
     RW_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(S(stream_), cudaStreamCaptureModeThreadLocal),

@@ -83,7 +83,7 @@ if [ "$what" = trace-full ] || [ "$what" = profile-full ]; then
   export BENCH_AB_PREPARE=none
   if [ "$what" = trace-full ]; then
     echo "== cuda-labelled test"
-    timeout 120 "$R/bin/trace_format_cuda_test" 2>&1 | tail -40
+    timeout 120 "$R/bin/trace_format_cuda_test" >"$work/trace/trace_test.txt" 2>&1; grep -E "Failure|Expected|Which is|OK \]|FAILED|call [0-9]" "$work/trace/trace_test.txt" | head -30
     echo "== a CUDA decode trace of the full-size model (default sampling)"
     "$R/bin/redwing" bench "${full[@]}" --quiet --format json --json "$work/trace/bench.json" \
       --trace "$work/trace/full_decode.trace.json" >/dev/null
@@ -91,7 +91,7 @@ if [ "$what" = trace-full ] || [ "$what" = profile-full ]; then
       --top 25 | tee "$work/trace/summary_full_decode.txt"
     rm -f "$work/trace/full_decode.trace.json"
     ab full-trace --try-flags "--trace $work/t.json" head head "$pairs" -- "${full[@]}"
-    REDWING_TRACE_GPU_EVERY=1 ab full-trace-every-call --try-flags "--trace $work/t.json" head head 2 -- "${full[@]}"
+    [ "${EVERY_CALL:-1}" = 1 ] && REDWING_TRACE_GPU_EVERY=1 ab full-trace-every-call --try-flags "--trace $work/t.json" head head 2 -- "${full[@]}"
   else
     ab full-profile --try-flags "--profile $work/p.json" head head "$pairs" -- "${full[@]}"
     small=(--backend cuda --model "$work/small" --prompt-tokens 128 --decode-tokens 1024)

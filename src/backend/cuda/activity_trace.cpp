@@ -283,9 +283,18 @@ bool TraceGpuForCall(int64_t tokens) {
   return record;
 }
 
+bool GpuTraceSampled() {
+  std::lock_guard<std::mutex> lock(g_sample_mu);
+  return g_running && g_every > 1;
+}
+
 #else  // no cupti.h at build time
 
 bool TraceGpuForCall(int64_t) {
+  return false;
+}
+
+bool GpuTraceSampled() {
   return false;
 }
 

@@ -22,6 +22,12 @@ Status StartActivityTrace();
 // kAlwaysTracedTokens tokens or more (prefill chunks: few, long kernels) are always recorded.
 // False when the activity trace is not running.
 bool TraceGpuForCall(int64_t tokens);
+// Whether calls are sampled (the trace runs and N > 1). A sampled recorded call must not replay
+// a CUDA graph: CUPTI times the kernels of a graph instantiated while its records were off as
+// the whole graph, and a graph instantiated while they were on carries their cost on every
+// replay. So with sampling the decode graph is captured while records are off, and the
+// recorded calls run kernel by kernel.
+bool GpuTraceSampled();
 inline constexpr int kDefaultGpuTraceEvery = 16;
 inline constexpr int64_t kAlwaysTracedTokens = 64;
 
