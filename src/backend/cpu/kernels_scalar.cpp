@@ -157,12 +157,7 @@ float Hsum8(const float* v) {
 
 void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
   const Q8Layout l = Q8LayoutFor(w);
-  auto* base = reinterpret_cast<char*>(prep);
-  auto* xa = reinterpret_cast<int8_t*>(base);
-  auto* xc = reinterpret_cast<int8_t*>(base + l.c_off);
-  auto* e = reinterpret_cast<float*>(base + l.d_off);
-  auto* qs = reinterpret_cast<int32_t*>(base + l.qs_off);
-  auto* sx = reinterpret_cast<float*>(base + l.sx_off);
+  const auto [xa, xc, e, qs, sx] = Q8PlanesOf(prep, l);
   std::fill(xa, xa + l.kp, int8_t{0});
   std::fill(xc, xc + l.kp, int8_t{0});
   for (int64_t b = 0; b < l.blocks; ++b) {
@@ -201,11 +196,7 @@ void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
 
 void MatVecQ8Rows(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1) {
   const Q8Layout l = Q8LayoutFor(w);
-  const auto* base = reinterpret_cast<const char*>(prep);
-  const auto* xa = reinterpret_cast<const int8_t*>(base);
-  const auto* xc = reinterpret_cast<const int8_t*>(base + l.c_off);
-  const auto* e = reinterpret_cast<const float*>(base + l.d_off);
-  const auto* sx = reinterpret_cast<const float*>(base + l.sx_off);
+  const auto [xa, xc, e, qs, sx] = Q8ConstPlanesOf(prep, l);
   const int per_word = 32 / w.bits;
   const uint32_t mask = (1u << w.bits) - 1u;
   const int64_t groups = w.RowGroups(), blocks = w.cols / 32;

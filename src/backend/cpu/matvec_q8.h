@@ -69,6 +69,37 @@ struct Q8Layout {
   return l;
 }
 
+// The prepared x's parts, from its base (prep, 64-byte aligned) and layout.
+struct Q8Planes {
+  int8_t* a;
+  int8_t* c;
+  float* e;
+  int32_t* qs;
+  float* sx;
+};
+struct Q8ConstPlanes {
+  const int8_t* a;
+  const int8_t* c;
+  const float* e;
+  const int32_t* qs;
+  const float* sx;
+};
+
+[[maybe_unused]] Q8Planes Q8PlanesOf(void* prep, const Q8Layout& l) {
+  auto* base = static_cast<char*>(prep);
+  return {reinterpret_cast<int8_t*>(base), reinterpret_cast<int8_t*>(base + l.c_off),
+          reinterpret_cast<float*>(base + l.d_off), reinterpret_cast<int32_t*>(base + l.qs_off),
+          reinterpret_cast<float*>(base + l.sx_off)};
+}
+
+[[maybe_unused]] Q8ConstPlanes Q8ConstPlanesOf(const void* prep, const Q8Layout& l) {
+  const auto* base = static_cast<const char*>(prep);
+  return {reinterpret_cast<const int8_t*>(base), reinterpret_cast<const int8_t*>(base + l.c_off),
+          reinterpret_cast<const float*>(base + l.d_off),
+          reinterpret_cast<const int32_t*>(base + l.qs_off),
+          reinterpret_cast<const float*>(base + l.sx_off)};
+}
+
 // Where element k of x lives in xq.
 [[maybe_unused]] int64_t Q8Slot(int bits, int64_t k) {
   if (bits == 8) return k;

@@ -118,12 +118,7 @@ inline void StorePlane(int bits, int64_t b, __m256i nat, int8_t* p) {
 
 void PrepareXQ8(const WeightView& w, const float* x, float* prep) {
   const Q8Layout l = detail::Q8LayoutFor(w);
-  auto* base = reinterpret_cast<char*>(prep);
-  auto* xa = reinterpret_cast<int8_t*>(base);
-  auto* xc = reinterpret_cast<int8_t*>(base + l.c_off);
-  auto* e = reinterpret_cast<float*>(base + l.d_off);
-  auto* qs = reinterpret_cast<int32_t*>(base + l.qs_off);
-  auto* sx = reinterpret_cast<float*>(base + l.sx_off);
+  const auto [xa, xc, e, qs, sx] = detail::Q8PlanesOf(prep, l);
   const int64_t nb = w.cols / 32;
   // Padding (a q4 span half filled keeps its other half zero too).
   const int64_t filled = nb / 2 * 64;

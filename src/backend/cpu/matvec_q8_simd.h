@@ -20,6 +20,7 @@ namespace {
 using avx2::Bf16Scalar;
 using avx2::HorizontalSum;
 using avx2::LoadBf16x8;
+using detail::Q8ConstPlanesOf;
 using detail::Q8Layout;
 
 // A chunk is 8 blocks of 32 weights: 128 bytes of a q4 row, 256 of a q8 row.
@@ -65,11 +66,7 @@ void Rows(const WeightView& w, const char* base, const Q8Layout& l, float* y, in
   const int64_t groups = w.cols / kGroup, blocks = w.cols / 32;
   const int64_t row_bytes = w.cols * kBits / 8;
   const int64_t ahead = PrefetchBytes(row_bytes);
-  const auto* xa = reinterpret_cast<const int8_t*>(base);
-  const auto* xc = reinterpret_cast<const int8_t*>(base + l.c_off);
-  const auto* d = reinterpret_cast<const float*>(base + l.d_off);
-  const auto* qs = reinterpret_cast<const int32_t*>(base + l.qs_off);
-  const auto* sx = reinterpret_cast<const float*>(base + l.sx_off);
+  const auto [xa, xc, d, qs, sx] = Q8ConstPlanesOf(base, l);
   const uint16_t* const scales_end = w.scales + w.rows * groups;
   const uint16_t* const biases_end = w.biases + w.rows * groups;
   const uint8_t* wr[kRows];
