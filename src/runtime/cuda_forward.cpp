@@ -142,8 +142,10 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
   }
   int max_splits = 1;
   for (int i = 0; i < c_.num_layers; ++i) max_splits = std::max(max_splits, Splits(i, 1));
-  partial_ = Floats(cuda::AttentionPartialFloats(std::max<int64_t>(M, max_splits), nh,
-                                                 static_cast<int>(hd_max), 1));
+  // Prefill: a split per query; decode and a verify's rows (RowsPath): max_splits per query.
+  partial_ = Floats(cuda::AttentionPartialFloats(
+      std::max<int64_t>(M, std::min<int64_t>(M, kRowsPathMax) * max_splits), nh,
+      static_cast<int>(hd_max), 1));
   rope_cos_s_ = Floats(M * c_.sliding.head_dim / 2);
   rope_sin_s_ = Floats(M * c_.sliding.head_dim / 2);
   rope_cos_f_ = Floats(M * c_.full.head_dim / 2);
@@ -205,10 +207,12 @@ Status CudaForwardPass::Allocate(int64_t max_context, int64_t M) {
 
 int CudaForwardPass::Splits(int li, int64_t m) const {
   // Decode: enough key splits to spread a long context over the GPU, a function of the
-  // capacity only so a captured graph stays valid at every position. Prefill: one per query.
+  // capacity only so a captured graph stays valid at every position; a verify's rows as decode
+  // steps (each row's attention is then a decode step's bit for bit, and 2..16 queries fill the
+  // GPU better as splits than as one tile of the prefill kernel). Prefill: one per query.
   // 64 keys a split: two tiles of the attention kernel, whose tiles run one after another
   // (REDWING_CUDA_SPLIT_KEYS for comparisons).
-  if (m > 1) return 1;
+  if (m > 1 && !RowsPath(m)) return 1;
   return cuda::DecodeAttentionSplits(capacity_[static_cast<size_t>(li)], tuning_.split_keys);
 }
 

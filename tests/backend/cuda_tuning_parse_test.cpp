@@ -30,7 +30,7 @@ ParsedTuning Parse(const std::map<std::string, std::string>& vars) {
 // The fields a test compares, as text (Tuning has no operator==: a new field must be added here
 // and in the parser at once, which the round trip below checks).
 std::string Describe(const Tuning& t) {
-  return std::to_string(static_cast<int>(t.matvec)) + " " +
+  return std::to_string(static_cast<int>(t.matvec)) + " " + std::to_string(t.matvec_rows) + " " +
          std::to_string(static_cast<int>(t.matmul)) + " " + std::to_string(t.wgmma) + " " +
          std::to_string(t.wgmma_dense_tile) + " " + std::to_string(t.wgmma_expert_tile) + " " +
          std::to_string(t.stack) + " " + std::to_string(t.split_parts) + " " +
@@ -51,6 +51,7 @@ TEST(CudaTuningParse, NothingSetGivesTheDefaults) {
   EXPECT_EQ(p.tuning.matmul, MatMulVariant::kPlanes);
   EXPECT_EQ(p.tuning.split_parts, 2);
   EXPECT_EQ(p.tuning.split_keys, 64);
+  EXPECT_EQ(p.tuning.matvec_rows, 8);
   EXPECT_FALSE(p.tuning.timing);
   EXPECT_EQ(p.tuning.experts, ExpertPath::kUnset);
   EXPECT_EQ(p.tuning.promotions, -1);
@@ -97,6 +98,7 @@ TEST(CudaTuningParse, EveryVariableTakesItsValues) {
       {"REDWING_CUDA_OVERLAP", "0", [](const Tuning& t) { return !t.overlap; }},
       {"REDWING_CUDA_GPU_PLAN", "0", [](const Tuning& t) { return !t.gpu_plan; }},
       {"REDWING_CUDA_SPLIT_KEYS", "256", [](const Tuning& t) { return t.split_keys == 256; }},
+      {"REDWING_CUDA_MATVEC_ROWS", "1", [](const Tuning& t) { return t.matvec_rows == 1; }},
       {"REDWING_CUDA_TIMING", "1", [](const Tuning& t) { return t.timing; }},
       {"REDWING_CUDA_EXPERTS", "copy",
        [](const Tuning& t) { return t.experts == ExpertPath::kCopy; }},
@@ -131,6 +133,7 @@ TEST(CudaTuningParse, BadValuesAreRejectedByName) {
       {"REDWING_CUDA_OVERLAP", " 0"},
       {"REDWING_CUDA_GPU_PLAN", "00"},
       {"REDWING_CUDA_SPLIT_KEYS", "16"},
+      {"REDWING_CUDA_MATVEC_ROWS", "9"},
       {"REDWING_CUDA_TIMING", "yes"},
       {"REDWING_CUDA_EXPERTS", "host"},
       {"REDWING_CUDA_PROMOTIONS", "-1"},

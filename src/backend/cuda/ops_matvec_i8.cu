@@ -37,10 +37,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/matvec_kernels.h"
+#include "backend/cuda/tuning.h"
 
 namespace rw::cuda {
 namespace {
@@ -56,10 +58,14 @@ __device__ __forceinline__ void MmaU8S8(int (&c)[4], uint32_t a0, uint32_t a1, u
 #endif
 }
 
+// The most input rows of a batch one block takes (REDWING_CUDA_MATVEC_ROWS, 1..kMaxRows).
+constexpr int kMaxRows = 8;
+
 // The launch as the caller describes it, with what the kernel adds.
 struct Args : MatVecArgs {
   int nmat = 1;       // plain without blobs: the matrices sharing x (their tiles one after another)
   int64_t turns = 0;  // row blocks in all (per slot with blobs)
+  int chunk = 1;      // without blobs: input rows per block (blockIdx.z: the chunk of them)
 };
 
 // Byte j of a, b, c, d packed as one word, a lowest.
@@ -87,18 +93,21 @@ __device__ __forceinline__ uint2 PartWords(const int (&xi)[8]) {
 // Stages x as B fragments: frag[(unit-MMA m of group gi)][part p][quad lane c] = {b0, b1}, the
 // four parts' bytes of the unit's 8 columns (4-bit: even columns in b0, odd in b1, matching the
 // nibble masks; 8-bit: first four in b0). Also per group 2^(E−30) (the integers' scale) and Σx.
-// Every thread of the block must call it; x is 16-byte aligned and cols a multiple of G.
-template <int kBits, int G>
-__device__ __forceinline__ void StageParts(const float* x, int cols, uint2* frag, float* gdown,
-                                           float* gsum) {
+// nr input rows x[nr][cols], row r's staged at xs + r·xbytes (fragments, then the factors), in
+// one pass over all their units (a row's units are whole groups, so no group straddles two
+// rows). Every thread of the block must call it; x is 16-byte aligned and cols a multiple of G.
+template <int kBits, int G, int kRows>
+__device__ __forceinline__ void StageParts(const float* x, int cols, int nr, uint8_t* xs,
+                                           int xbytes) {
   constexpr int kUpg = G / 8;   // units per group
   constexpr int kMpg = G / 32;  // MMAs per group
-  const int units = cols / 8;
+  const int units = cols / 8, total = nr * units;
   const int lane = threadIdx.x & 31;
-  const float4* x4 = reinterpret_cast<const float4*>(x);
-  for (int u0 = threadIdx.x - lane; u0 < units; u0 += blockDim.x) {  // warp-uniform
-    const int u = u0 + lane;
-    const bool in = u < units;
+  for (int u0 = threadIdx.x - lane; u0 < total; u0 += blockDim.x) {  // warp-uniform
+    const bool in = u0 + lane < total;
+    const int r = kRows == 1 || !in ? 0 : (u0 + lane) / units;  // (one row: no division)
+    const int u = in ? u0 + lane - r * units : 0;
+    const float4* x4 = reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * cols);
     const float4 lo = in ? __ldg(x4 + 2 * u) : make_float4(0.f, 0.f, 0.f, 0.f);
     const float4 hi = in ? __ldg(x4 + 2 * u + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
     const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -122,6 +131,9 @@ __device__ __forceinline__ void StageParts(const float* x, int cols, uint2* frag
 #pragma unroll
     for (int k = 0; k < 8; ++k) xi[k] = __float2int_rn(v[k] * up);
     if (in) {
+      uint2* frag = reinterpret_cast<uint2*>(xs + r * xbytes);
+      float* gdown = reinterpret_cast<float*>(xs + r * xbytes + 4 * cols);
+      float* gsum = gdown + cols / G;
       const int gi = u / kUpg, ui = u % kUpg;
       const int c = ui / kMpg, mm = ui % kMpg;
       uint2* f = frag + (gi * kMpg + mm) * 16 + c;
@@ -138,11 +150,12 @@ __device__ __forceinline__ void StageParts(const float* x, int cols, uint2* frag
   __syncthreads();
 }
 
-// Shared memory of a launch: x's fragments and group factors, then `stages` buffers each holding
+// Shared memory of a launch: x's fragments and group factors (per input row of the block), then
+// `stages` buffers each holding
 // a turn's codes (16 rows per tile, rows padded so the lanes' fragment loads avoid bank
 // conflicts) and the aligned words that hold each row's bf16 scales, then its biases.
 struct SmemPlan {
-  int cols, bits, tiles, stages;
+  int cols, bits, tiles, stages, xrows;
   __host__ __device__ int Groups() const { return cols / 64; }
   __host__ __device__ int RowBytes() const { return cols * bits / 8; }
   // Row stride ≡ 8 words (4-bit: a quad's 8-byte loads of 4 rows cover the banks once) or 16
@@ -161,7 +174,7 @@ struct SmemPlan {
   __host__ __device__ int StageBytes() const {
     return CodeBytes() + tiles * 16 * RowScaleWords() * 4;
   }
-  __host__ __device__ int Bytes() const { return XBytes() + stages * StageBytes(); }
+  __host__ __device__ int Bytes() const { return xrows * XBytes() + stages * StageBytes(); }
 };
 
 // Where the block's rows of a turn come from: matrix `mat` (of q/k/v; 0 otherwise), first row.
@@ -204,15 +217,19 @@ __device__ __forceinline__ void IssueTile(const DevMat& w, int64_t row0, const S
   }
 }
 
-// The lane's partial sums of rows g (acc_a) and g + 8 (acc_b) of one tile over groups
-// [g0, g1), from the codes and scales in shared memory.
-template <int kBits>
+// The lane's partial sums of rows g (acc_a[r]) and g + 8 (acc_b[r]) of one tile over groups
+// [g0, g1) for each of the block's nr input rows (r < nr ≤ kRows), from the codes and scales in
+// shared memory; input row r's fragments start at xs + r·XBytes. A group's weight fragments and
+// scales are loaded once for all the rows, and each row's sums take the same operations in the
+// same order as a one-row launch's, so its results are bit-identical to a decode step's.
+template <int kBits, int kRows>
 __device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const SmemPlan& sp,
                                             const uint8_t* codes, const uint32_t* sb, int g0,
-                                            int g1, const uint2* frag, const float* gdown,
-                                            const float* gsum, float& acc_a, float& acc_b) {
+                                            int g1, const uint8_t* xs, int nr,
+                                            float (&acc_a)[kRows], float (&acc_b)[kRows]) {
   const int lane = threadIdx.x & 31, c = lane & 3, g = lane >> 2, part = g;
   const int stride = sp.Stride(), sw = sp.ScaleWords(), gpr = sp.Groups();
+  const int xbytes = sp.XBytes(), cols = sp.cols;
   const uint8_t* ca = codes + g * stride;
   const uint8_t* cbr = codes + (g + 8) * stride;
   const uint32_t* sa = sb + g * sp.RowScaleWords();
@@ -228,39 +245,57 @@ __device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const
   constexpr uint2 kOnes = {0x01010101u, 0x01010101u}, kZero = {0u, 0u};
 #pragma unroll 2
   for (int gi = g0; gi < g1; ++gi) {
-    int acc[4] = {0, 0, 0, 0};
+    // The group's words of rows g and g + 8: the A fragments of its two MMAs (4-bit: the
+    // nibble masks are applied per MMA, which keeps fewer registers live).
+    uint32_t wa[4], wb[4];
     if (kBits == 4) {
-      const uint2 wa = *reinterpret_cast<const uint2*>(ca + gi * 32 + c * 8);
-      const uint2 wb = *reinterpret_cast<const uint2*>(cbr + gi * 32 + c * 8);
-      const uint32_t xa[2] = {wa.x, wa.y}, xb[2] = {wb.x, wb.y};
+      const uint2 a2 = *reinterpret_cast<const uint2*>(ca + gi * 32 + c * 8);
+      const uint2 b2 = *reinterpret_cast<const uint2*>(cbr + gi * 32 + c * 8);
+      wa[0] = a2.x, wa[1] = a2.y, wb[0] = b2.x, wb[1] = b2.y;
+    } else {
+      const uint4 a4 = *reinterpret_cast<const uint4*>(ca + gi * 64 + c * 16);
+      const uint4 b4 = *reinterpret_cast<const uint4*>(cbr + gi * 64 + c * 16);
+      wa[0] = a4.x, wa[1] = a4.y, wa[2] = a4.z, wa[3] = a4.w;
+      wb[0] = b4.x, wb[1] = b4.y, wb[2] = b4.z, wb[3] = b4.w;
+    }
+    float s_a = 0.0f, s_b = 0.0f, bias_a = 0.0f, bias_b = 0.0f;  // (read after row 0's MMAs)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= nr) break;  // nr is the same for the whole block
+      const uint2* frag = reinterpret_cast<const uint2*>(xs + r * xbytes);
+      const float* gdown = reinterpret_cast<const float*>(xs + r * xbytes + 4 * cols);
+      const float* gsum = gdown + gpr;
+      int acc[4] = {0, 0, 0, 0};
 #pragma unroll
       for (int mm = 0; mm < 2; ++mm) {
         const uint2 bf = part < 4    ? frag[(gi * 2 + mm) * 16 + part * 4 + c]
                          : part == 4 ? kOnes
                                      : kZero;
-        MmaU8S8(acc, xa[mm] & 0x0F0F0F0Fu, xb[mm] & 0x0F0F0F0Fu, (xa[mm] >> 4) & 0x0F0F0F0Fu,
-                (xb[mm] >> 4) & 0x0F0F0F0Fu, bf.x, bf.y);
+        if (kBits == 4)
+          MmaU8S8(acc, wa[mm] & 0x0F0F0F0Fu, wb[mm] & 0x0F0F0F0Fu, (wa[mm] >> 4) & 0x0F0F0F0Fu,
+                  (wb[mm] >> 4) & 0x0F0F0F0Fu, bf.x, bf.y);
+        else
+          MmaU8S8(acc, wa[2 * mm], wb[2 * mm], wa[2 * mm + 1], wb[2 * mm + 1], bf.x, bf.y);
       }
-    } else {
-      const uint4 wa = *reinterpret_cast<const uint4*>(ca + gi * 64 + c * 16);
-      const uint4 wb = *reinterpret_cast<const uint4*>(cbr + gi * 64 + c * 16);
-      const uint2 b0 = part < 4 ? frag[(gi * 2) * 16 + part * 4 + c] : part == 4 ? kOnes : kZero;
-      const uint2 b1 = part < 4    ? frag[(gi * 2 + 1) * 16 + part * 4 + c]
-                       : part == 4 ? kOnes
-                                   : kZero;
-      MmaU8S8(acc, wa.x, wb.x, wa.y, wb.y, b0.x, b0.y);
-      MmaU8S8(acc, wa.z, wb.z, wa.w, wb.w, b1.x, b1.y);
-    }
-    if (c < 3) {  // (lane 2's second column is zero)
-      const float d = gdown[gi] * pw;
-      const float va = fmaf(static_cast<float>(acc[1]), 256.0f, static_cast<float>(acc[0]));
-      const float vb = fmaf(static_cast<float>(acc[3]), 256.0f, static_cast<float>(acc[2]));
-      acc_a = fmaf(va, ScaleAt(sa, psa, gi) * d, acc_a);
-      acc_b = fmaf(vb, ScaleAt(sbb, psb, gi) * d, acc_b);
-      if (c == 0) {
-        const float xs = gsum[gi];
-        acc_a = fmaf(ScaleAt(sa + sw, pba, gi), xs, acc_a);
-        acc_b = fmaf(ScaleAt(sbb + sw, pbb, gi), xs, acc_b);
+      if (r == 0 && c < 3) {
+        s_a = ScaleAt(sa, psa, gi);
+        s_b = ScaleAt(sbb, psb, gi);
+        if (c == 0) {
+          bias_a = ScaleAt(sa + sw, pba, gi);
+          bias_b = ScaleAt(sbb + sw, pbb, gi);
+        }
+      }
+      if (c < 3) {  // (lane 2's second column is zero)
+        const float d = gdown[gi] * pw;
+        const float va = fmaf(static_cast<float>(acc[1]), 256.0f, static_cast<float>(acc[0]));
+        const float vb = fmaf(static_cast<float>(acc[3]), 256.0f, static_cast<float>(acc[2]));
+        acc_a[r] = fmaf(va, s_a * d, acc_a[r]);
+        acc_b[r] = fmaf(vb, s_b * d, acc_b[r]);
+        if (c == 0) {
+          const float xsum = gsum[gi];
+          acc_a[r] = fmaf(bias_a, xsum, acc_a[r]);
+          acc_b[r] = fmaf(bias_b, xsum, acc_b[r]);
+        }
       }
     }
   }
@@ -268,24 +303,29 @@ __device__ __forceinline__ void ComputeTile(const DevMat& w, int64_t row0, const
 
 // Blocks of kTiles × kSlices warps. Plain: tile t covers rows 16t..16t+15 of the block's rows of
 // one matrix; gateup (kTiles 2): tile 0 the gate rows, tile 1 the same up rows.
-// 64 registers: up to four 256-thread blocks per SM, so a launch fits one wave: q/k/v's 512
-// row blocks (38 KB of shared memory each, four per SM), expert down's 352 (33 KB), expert
-// gate/up's 352 (63 KB: three per SM, 396 at once).
-template <int kBits, int kTiles, int kSlices>
-__global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * kSlices))
+// kRows 1: one input row per block (blockIdx.z: the row of a batch). 64 registers: up to four
+// 256-thread blocks per SM, so a launch fits one wave: q/k/v's 512 row blocks (38 KB of shared
+// memory each, four per SM), expert down's 352 (33 KB), expert gate/up's 352 (63 KB: three per
+// SM, 396 at once).
+// kRows > 1 (a verify's batch, no blobs): blockIdx.z is a chunk of a.chunk ≤ kRows input rows,
+// all staged at once, so each weight tile crosses DRAM and shared memory once per chunk instead
+// of once per row (128 registers: the rows' sums; two blocks per SM).
+template <int kBits, int kTiles, int kSlices, int kRows>
+__global__ void __launch_bounds__(32 * kTiles * kSlices,
+                                  kRows == 1 ? 1024 / (32 * kTiles * kSlices) : 2)
     AffineMatVecI8Kernel(Args a, int stages) {
   PdlLaunchDependents();
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  __shared__ float red[kTiles][kSlices][16];
+  __shared__ float red[kRows][kTiles][kSlices][16];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tile = warp / kSlices, slice = warp % kSlices;
   const int j = blockIdx.y;
   const int cols = static_cast<int>(a.cols);
-  const SmemPlan sp{cols, kBits, kTiles, stages};
-  uint2* frag = reinterpret_cast<uint2*>(smem_raw);
-  float* gdown = reinterpret_cast<float*>(smem_raw + 4 * static_cast<size_t>(cols));
-  float* gsum = gdown + sp.Groups();
-  uint8_t* stage0 = smem_raw + sp.XBytes();
+  // The block's input rows: [b0, b0 + nr) of the batch.
+  const int64_t b0 = static_cast<int64_t>(blockIdx.z) * (kRows == 1 ? 1 : a.chunk);
+  const int nr = kRows == 1 ? 1 : min(a.chunk, a.batch - static_cast<int>(b0));
+  const SmemPlan sp{cols, kBits, kTiles, stages, kRows == 1 ? 1 : a.chunk};
+  uint8_t* stage0 = smem_raw + sp.xrows * sp.XBytes();
   const int rows_per_block = a.gateup ? 16 : 16 * kTiles;
   bool waited = false;
   const float* x = a.x;
@@ -300,8 +340,7 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
     x += a.gateup ? (j / a.x_per) * a.x_stride : j * a.w[0].cols;
     yb = a.gateup ? a.h + j * a.rows : a.y[0] + j * a.rows;
   }
-  const int64_t b = blockIdx.z;  // the input row of a batch (no blobs)
-  x += b * cols;
+  x += b0 * cols;
   // Turn → matrix and first row (q/k/v: the matrices' tiles one after another).
   auto locate = [&](int64_t turn) {
     TurnPos p{0, turn * rows_per_block};
@@ -335,7 +374,7 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
   int64_t turn = blockIdx.x;
   if (turn < a.turns) issue(turn, 0);  // dense weights: before the wait
   if (!waited) PdlWait();
-  StageParts<kBits, 64>(x, cols, frag, gdown, gsum);
+  StageParts<kBits, 64, kRows>(x, cols, nr, smem_raw, sp.XBytes());
   for (int k = 0; turn < a.turns; turn += gridDim.x, ++k) {
     const int64_t next = turn + gridDim.x;
     const int buf = stages > 1 ? k % 2 : 0;
@@ -350,44 +389,54 @@ __global__ void __launch_bounds__(32 * kTiles * kSlices, 1024 / (32 * kTiles * k
     const DevMat w = matrix(p, tile);
     const int64_t r0 = p.row0 + (a.gateup ? 0 : 16 * tile);
     const uint8_t* st = stage0 + buf * sp.StageBytes();
-    float acc_a = 0.0f, acc_b = 0.0f;
-    ComputeTile<kBits>(
+    float acc_a[kRows], acc_b[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc_a[r] = acc_b[r] = 0.0f;
+    ComputeTile<kBits, kRows>(
         w, r0, sp, st + tile * 16 * sp.Stride(),
         reinterpret_cast<const uint32_t*>(st + sp.CodeBytes()) + tile * 16 * sp.RowScaleWords(),
-        g_begin, g_end, frag, gdown, gsum, acc_a, acc_b);
-    acc_a += __shfl_down_sync(0xffffffffu, acc_a, 1);  // quad lanes 0 + 1, 2 + 3
-    acc_b += __shfl_down_sync(0xffffffffu, acc_b, 1);
-    acc_a += __shfl_down_sync(0xffffffffu, acc_a, 2);
-    acc_b += __shfl_down_sync(0xffffffffu, acc_b, 2);
-    if ((lane & 3) == 0) {
-      red[tile][slice][lane >> 2] = acc_a;
-      red[tile][slice][(lane >> 2) + 8] = acc_b;
+        g_begin, g_end, smem_raw, nr, acc_a, acc_b);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= nr) break;
+      float va = acc_a[r], vb = acc_b[r];
+      va += __shfl_down_sync(0xffffffffu, va, 1);  // quad lanes 0 + 1, 2 + 3
+      vb += __shfl_down_sync(0xffffffffu, vb, 1);
+      va += __shfl_down_sync(0xffffffffu, va, 2);
+      vb += __shfl_down_sync(0xffffffffu, vb, 2);
+      if ((lane & 3) == 0) {
+        red[r][tile][slice][lane >> 2] = va;
+        red[r][tile][slice][(lane >> 2) + 8] = vb;
+      }
     }
     __syncthreads();
-    if (a.gateup) {
-      if (threadIdx.x < 16) {
-        const int64_t row = p.row0 + threadIdx.x;
-        float g = 0.0f, u = 0.0f;
+    for (int r = 0; r < nr; ++r) {
+      const int64_t b = b0 + r;  // the input row of a batch (no blobs)
+      if (a.gateup) {
+        if (threadIdx.x < 16) {
+          const int64_t row = p.row0 + threadIdx.x;
+          float g = 0.0f, u = 0.0f;
 #pragma unroll
-        for (int s = 0; s < kSlices; ++s) g += red[0][s][threadIdx.x];
+          for (int s = 0; s < kSlices; ++s) g += red[r][0][s][threadIdx.x];
 #pragma unroll
-        for (int s = 0; s < kSlices; ++s) u += red[1][s][threadIdx.x];
-        float* y = a.blobs != nullptr ? yb : a.h + b * a.rows;
-        if (row < w.rows) y[row] = GeluTanh(g) * u;
+          for (int s = 0; s < kSlices; ++s) u += red[r][1][s][threadIdx.x];
+          float* y = a.blobs != nullptr ? yb : a.h + b * a.rows;
+          if (row < w.rows) y[row] = GeluTanh(g) * u;
+        }
+      } else if (threadIdx.x < 16 * kTiles) {
+        const int t = threadIdx.x / 16, rr = threadIdx.x % 16;
+        const int64_t row = p.row0 + 16 * t + rr;
+        float v = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) v += red[r][t][s][rr];
+        const DevMat& wm = matrix(p, 0);
+        float* y = a.blobs != nullptr ? yb
+                                      : (p.mat == 0   ? a.y[0]
+                                         : p.mat == 1 ? a.y[1]
+                                                      : a.y[2]) +
+                                            b * wm.rows;
+        if (row < wm.rows) y[row] = v;
       }
-    } else if (threadIdx.x < 16 * kTiles) {
-      const int t = threadIdx.x / 16, r = threadIdx.x % 16;
-      const int64_t row = p.row0 + 16 * t + r;
-      float v = 0.0f;
-#pragma unroll
-      for (int s = 0; s < kSlices; ++s) v += red[t][s][r];
-      const DevMat& wm = matrix(p, 0);
-      float* y = a.blobs != nullptr ? yb
-                                    : (p.mat == 0   ? a.y[0]
-                                       : p.mat == 1 ? a.y[1]
-                                                    : a.y[2]) +
-                                          b * wm.rows;
-      if (row < wm.rows) y[row] = v;
     }
     __syncthreads();  // red and this stage's buffer are reused
     if (stages == 1 && next < a.turns) issue(next, 0);
@@ -411,9 +460,11 @@ bool Fits(const DevMat& w, int64_t cols, int bits) {
          (reinterpret_cast<uintptr_t>(w.data) & 15u) == 0;
 }
 
-template <int kBits, int kTiles, int kSlices>
-cudaError_t LaunchT(Args& args, cudaStream_t s) {
-  auto* kernel = AffineMatVecI8Kernel<kBits, kTiles, kSlices>;
+// kRows > 1: the batch in chunks of at most chunk_max ≤ kRows rows, balanced (9 rows with 8 a
+// chunk: 5 + 4); cudaErrorNotSupported where the rows' x do not fit shared memory.
+template <int kBits, int kTiles, int kSlices, int kRows>
+cudaError_t LaunchT(Args& args, int chunk_max, cudaStream_t s) {
+  auto* kernel = AffineMatVecI8Kernel<kBits, kTiles, kSlices, kRows>;
   constexpr int kThreads = 32 * kTiles * kSlices;
   const int rows_per_block = args.gateup ? 16 : 16 * kTiles;
   args.turns = 0;
@@ -423,29 +474,65 @@ cudaError_t LaunchT(Args& args, cudaStream_t s) {
     for (int m = 0; m < args.nmat; ++m)
       args.turns += (args.w[m].rows + rows_per_block - 1) / rows_per_block;
   }
-  SmemPlan sp{static_cast<int>(args.cols), kBits, kTiles, 1};
+  unsigned chunks = args.blobs != nullptr ? 1 : static_cast<unsigned>(args.batch);
+  args.chunk = 1;
+  if (kRows > 1) {
+    const int per = std::clamp(chunk_max, 1, kRows);
+    chunks = static_cast<unsigned>((args.batch + per - 1) / per);
+    args.chunk = static_cast<int>((args.batch + chunks - 1) / chunks);
+  }
+  SmemPlan sp{static_cast<int>(args.cols), kBits, kTiles, 1, args.chunk};
   static int max_smem = [] {
     int dev = 0, v = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     return v;
   }();
-  if (sp.Bytes() + 2048 > max_smem) return cudaErrorNotSupported;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem - 2048);
+  // Room left for the kernel's static shared memory (the slices' sums).
+  constexpr int kMargin = std::max(2048, 4 * kRows * kTiles * kSlices * 16 + 1024);
+  if (sp.Bytes() + kMargin > max_smem) return cudaErrorNotSupported;
+  static const cudaError_t attr = [&] {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               max_smem - kMargin);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // not left for a later launch's check to find
+      std::fprintf(stderr,
+                   "redwing: warning: the %d-row integer matvec is unavailable (%d bytes of "
+                   "shared memory: %s); products take %s\n",
+                   kRows, max_smem - kMargin, cudaGetErrorString(e),
+                   kRows > 1 ? "one row a block" : "the SIMT kernels");
+    }
+    return e;
+  }();
   if (attr != cudaSuccess) return cudaErrorNotSupported;
   unsigned blocks = static_cast<unsigned>(args.turns);
   const void* k = reinterpret_cast<const void*>(kernel);
   if (args.blobs == nullptr && blocks > ResidentBlocks(k, kThreads, sp.Bytes())) {
     // The LM head: blocks stride over the rows, the next turn's rows loading during this one's.
     sp.stages = 2;
-    if (sp.Bytes() + 2048 > max_smem) sp.stages = 1;
+    if (sp.Bytes() + kMargin > max_smem) sp.stages = 1;
     blocks = ResidentBlocks(k, kThreads, sp.Bytes());
+    if (blocks == 0) return cudaErrorNotSupported;
   }
   const unsigned slots = args.blobs != nullptr ? args.slots : 1;
-  const unsigned batch = args.blobs != nullptr ? 1 : static_cast<unsigned>(args.batch);
-  return LaunchKernel(kernel, dim3(blocks, slots, batch), kThreads, static_cast<size_t>(sp.Bytes()),
-                      s, args, sp.stages);
+  return LaunchKernel(kernel, dim3(blocks, slots, chunks), kThreads,
+                      static_cast<size_t>(sp.Bytes()), s, args, sp.stages);
+}
+
+// A batch without blobs takes the multi-row kernel (REDWING_CUDA_MATVEC_ROWS rows a block at
+// most, fewer where their x do not fit shared memory; 1 turns it off), else one row a block.
+template <int kBits, int kTiles, int kSlices>
+cudaError_t LaunchShape(Args& args, cudaStream_t s) {
+  if (args.blobs == nullptr && args.batch > 1) {
+    for (int rows_max = CurrentTuning().matvec_rows; rows_max > 1; rows_max /= 2) {
+      const cudaError_t e = LaunchT<kBits, kTiles, kSlices, kMaxRows>(args, rows_max, s);
+      if (e != cudaErrorNotSupported) {
+        CountPath(Path::kMatVecInt8Rows);
+        return e;
+      }
+    }
+  }
+  return LaunchT<kBits, kTiles, kSlices, 1>(args, 1, s);
 }
 
 // The block shape: 16-row tiles × K slices of 8 warps in all (short rows: four tiles of two
@@ -453,9 +540,9 @@ cudaError_t LaunchT(Args& args, cudaStream_t s) {
 template <int kBits>
 cudaError_t LaunchBits(Args& args, cudaStream_t s) {
   const int64_t ng = args.cols / 64;
-  if (args.gateup) return LaunchT<kBits, 2, 4>(args, s);  // a gate tile and its up tile
-  if (ng <= 16) return LaunchT<kBits, 4, 2>(args, s);     // short rows (expert down)
-  return LaunchT<kBits, 1, 8>(args, s);
+  if (args.gateup) return LaunchShape<kBits, 2, 4>(args, s);  // a gate tile and its up tile
+  if (ng <= 16) return LaunchShape<kBits, 4, 2>(args, s);     // short rows (expert down)
+  return LaunchShape<kBits, 1, 8>(args, s);
 }
 
 }  // namespace

@@ -16,25 +16,16 @@
 
 namespace rw::cuda {
 
-const char* const kTuningVariables[] = {"REDWING_CUDA_MATVEC",
-                                        "REDWING_CUDA_MATMUL",
-                                        "REDWING_CUDA_WGMMA",
-                                        "REDWING_CUDA_WGMMA_TN",
-                                        "REDWING_CUDA_WGMMA_TN_EXPERT",
-                                        "REDWING_CUDA_STACK",
-                                        "REDWING_CUDA_SPLIT",
-                                        "REDWING_CUDA_PREFILL_ATTN",
-                                        "REDWING_CUDA_PDL",
-                                        "REDWING_CUDA_ROWS",
-                                        "REDWING_CUDA_TOPK",
-                                        "REDWING_CUDA_FUSE",
-                                        "REDWING_CUDA_OVERLAP",
-                                        "REDWING_CUDA_GPU_PLAN",
-                                        "REDWING_CUDA_SPLIT_KEYS",
-                                        "REDWING_CUDA_TIMING",
-                                        "REDWING_CUDA_EXPERTS",
-                                        "REDWING_CUDA_PROMOTIONS",
-                                        "REDWING_CUDA_PREFILL_EXPERTS",
+const char* const kTuningVariables[] = {"REDWING_CUDA_MATVEC",       "REDWING_CUDA_MATVEC_ROWS",
+                                        "REDWING_CUDA_MATMUL",       "REDWING_CUDA_WGMMA",
+                                        "REDWING_CUDA_WGMMA_TN",     "REDWING_CUDA_WGMMA_TN_EXPERT",
+                                        "REDWING_CUDA_STACK",        "REDWING_CUDA_SPLIT",
+                                        "REDWING_CUDA_PREFILL_ATTN", "REDWING_CUDA_PDL",
+                                        "REDWING_CUDA_ROWS",         "REDWING_CUDA_TOPK",
+                                        "REDWING_CUDA_FUSE",         "REDWING_CUDA_OVERLAP",
+                                        "REDWING_CUDA_GPU_PLAN",     "REDWING_CUDA_SPLIT_KEYS",
+                                        "REDWING_CUDA_TIMING",       "REDWING_CUDA_EXPERTS",
+                                        "REDWING_CUDA_PROMOTIONS",   "REDWING_CUDA_PREFILL_EXPERTS",
                                         "REDWING_CUDA_GRAPHS"};
 const int kTuningVariableCount = static_cast<int>(std::size(kTuningVariables));
 
@@ -121,6 +112,7 @@ ParsedTuning ParseTuning(const std::function<const char*(const char*)>& env) {
                            {"simt", MatVecVariant::kSimt},
                            {"generic", MatVecVariant::kGeneric}},
                           &t.matvec);
+  p.Int("REDWING_CUDA_MATVEC_ROWS", 1, 8, &t.matvec_rows);
   p.Choice<MatMulVariant>("REDWING_CUDA_MATMUL",
                           {{"planes", MatMulVariant::kPlanes},
                            {"bf16", MatMulVariant::kBf16},

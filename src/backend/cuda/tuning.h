@@ -35,7 +35,8 @@ enum class ExpertPath : int { kUnset = 0, kAuto, kMapped, kCopy };
 
 struct Tuning {
   // ---- Kernels (src/backend/cuda) ----
-  MatVecVariant matvec = MatVecVariant::kInt8;    // REDWING_CUDA_MATVEC=i8|simt|generic
+  MatVecVariant matvec = MatVecVariant::kInt8;  // REDWING_CUDA_MATVEC=i8|simt|generic
+  int matvec_rows = 8;  // REDWING_CUDA_MATVEC_ROWS=1..8: a batch's input rows per integer block
   MatMulVariant matmul = MatMulVariant::kPlanes;  // REDWING_CUDA_MATMUL=planes|bf16|tf32|simt
   bool wgmma = true;                              // REDWING_CUDA_WGMMA=1|0
   int wgmma_dense_tile = 0;   // REDWING_CUDA_WGMMA_TN=32|64|128 (0: chosen per product)
@@ -111,6 +112,7 @@ enum class Path : int {
   kMatVecInt8 = 0,
   kMatVecTiled,
   kMatVecGeneric,
+  kMatVecInt8Rows,  // a batch's input rows sharing the integer kernel's blocks
   kMatMulWgmma,
   kMatMulWgmmaStacked,
   kMatMulPlanes,
