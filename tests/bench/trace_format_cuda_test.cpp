@@ -22,8 +22,9 @@ TEST(TraceFormatCudaTest, DecodeTraceHasKernelsOnTheCpuClock) {
   const std::string trace = JoinPath(Scratch(), "cuda.trace.json");
   const std::string profile = JoinPath(Scratch(), "cuda.profile.json");
   // One call in 3: the prefill call (the first), then every third decode step.
-  auto r = test::Run("REDWING_TRACE_GPU_EVERY=3 " + std::string(REDWING_BINARY) +
-                         " bench --backend cuda --model " + model +
+  // (No time limit on the sample, so that it follows the count: REDWING_TRACE_GPU_BUDGET=0.)
+  auto r = test::Run("REDWING_TRACE_GPU_EVERY=3 REDWING_TRACE_GPU_BUDGET=0 " +
+                         std::string(REDWING_BINARY) + " bench --backend cuda --model " + model +
                          " --prompt-tokens 20 --decode-tokens 8 --warmup 0 --quiet "
                          "--no-disk-probe --no-memory-probe --format json --trace " +
                          trace + " --profile " + profile,

@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include "base/timer.h"
@@ -35,6 +36,10 @@ struct Cupti {
   decltype(&cuptiGetTimestamp) timestamp = nullptr;
   decltype(&cuptiGetResultString) result_string = nullptr;
   decltype(&cuptiActivityRegisterTimestampCallback) timestamp_callback = nullptr;  // optional
+  // Detaching between recorded calls (optional: without them the kinds are switched off).
+  decltype(&cuptiSubscribe) subscribe = nullptr;
+  decltype(&cuptiEnableDomain) enable_domain = nullptr;
+  decltype(&cuptiFinalize) finalize = nullptr;
 };
 
 Cupti g_cupti;
@@ -50,6 +55,17 @@ bool g_running = false;   // StartOnce succeeded
 bool g_recording = true;  // the GPU kinds are enabled now
 int g_every = kDefaultGpuTraceEvery;
 int64_t g_small_calls = 0;
+// With detaching: CUPTI is attached only while recording. Attaching and detaching cost time
+// (measured each cycle), so small calls are recorded at most as often as keeps that cost within
+// g_budget of the time between cycles (REDWING_TRACE_GPU_BUDGET; 0: no limit).
+bool g_detach = false;
+bool g_attached = true;
+double g_budget = 0.01;
+int64_t g_cycle_ns = 0;     // the last attach + detach
+int64_t g_detached_at = 0;  // when the last detach ended
+int64_t g_since_recorded = 0;
+bool g_first_after_big = false;
+bool g_finalize_requested = false;
 
 constexpr size_t kBufferBytes = 8 << 20;
 
@@ -192,6 +208,9 @@ Status Load() {
     return Error(ErrorCode::kUnsupported, "CUPTI lacks the activity API we use");
   sym(g_cupti.dropped, "cuptiActivityGetNumDroppedRecords");
   sym(g_cupti.timestamp_callback, "cuptiActivityRegisterTimestampCallback");
+  if (!sym(g_cupti.subscribe, "cuptiSubscribe") ||
+      !sym(g_cupti.enable_domain, "cuptiEnableDomain") || !sym(g_cupti.finalize, "cuptiFinalize"))
+    g_cupti.finalize = nullptr;
   return Status::Ok();
 }
 
@@ -217,12 +236,27 @@ int GpuTraceEvery() {
   return static_cast<int>(n);
 }
 
+// REDWING_TRACE_GPU_BUDGET: the share of time attaching and detaching CUPTI may take, 0..1.
+double GpuTraceBudget() {
+  const char* v = std::getenv("REDWING_TRACE_GPU_BUDGET");
+  if (v == nullptr || *v == '\0') return 0.01;
+  char* end = nullptr;
+  const double b = std::strtod(v, &end);
+  if (*end != '\0' || !(b >= 0 && b <= 1)) {
+    trace::SetNote("gpu_sampling_error", std::string("REDWING_TRACE_GPU_BUDGET=") + v +
+                                             " is not a number from 0 to 1; 0.01 was used");
+    return 0.01;
+  }
+  return b;
+}
+
 // The kinds sampling switches together.
 constexpr CUpti_ActivityKind kGpuKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                             CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 
-Status StartOnce() {
-  RW_RETURN_IF_ERROR(Load());
+// CUPTI on: our clock, the buffers, the kinds (also after a detach: any CUPTI call attaches it
+// again, with none of its earlier settings).
+Status Attach() {
   // One clock with the CPU's spans: CUPTI converts the GPU's times to ours.
   if (g_cupti.timestamp_callback == nullptr ||
       g_cupti.timestamp_callback(&TraceClock) != CUPTI_SUCCESS) {
@@ -239,15 +273,63 @@ Status StartOnce() {
       Check(g_cupti.register_callbacks(&RequestBuffer, &BufferDone), "buffer callbacks"));
   for (CUpti_ActivityKind kind : kGpuKinds)
     RW_RETURN_IF_ERROR(Check(g_cupti.enable(kind), "kernels, copies and memsets"));
-  trace::AddFlushHook([] { g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); });
+  g_attached = true;
+  return Status::Ok();
+}
+
+// CUPTI's own recipe for detaching: cuptiFinalize at the exit of a CUDA API call on a thread
+// that makes one, so that no other CUPTI call is in flight.
+void CUPTIAPI FinalizeAtApiExit(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite != CUPTI_API_EXIT || !g_finalize_requested) return;
+  g_finalize_requested = false;
+  g_cupti.finalize();
+}
+
+// CUPTI off entirely: its records flushed into the trace, then finalized. An attached CUPTI
+// costs every launch something even with no kind enabled (~6% of a resident decode step).
+Status Detach() {
+  RW_RETURN_IF_ERROR(Check(g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush"));
+  CUpti_SubscriberHandle subscriber = nullptr;
+  RW_RETURN_IF_ERROR(
+      Check(g_cupti.subscribe(&subscriber, &FinalizeAtApiExit, nullptr), "subscribe"));
+  RW_RETURN_IF_ERROR(
+      Check(g_cupti.enable_domain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API), "callbacks"));
+  g_finalize_requested = true;
+  int device = 0;
+  cudaGetDevice(&device);  // the API call at whose exit CUPTI finalizes
+  if (g_finalize_requested) {
+    g_finalize_requested = false;
+    return Error(ErrorCode::kUnsupported, "CUPTI did not call back to be detached");
+  }
+  g_attached = false;
+  return Status::Ok();
+}
+
+Status StartOnce() {
+  RW_RETURN_IF_ERROR(Load());
+  RW_RETURN_IF_ERROR(Attach());
+  trace::AddFlushHook([] {
+    std::lock_guard<std::mutex> lock(g_sample_mu);
+    if (g_attached) g_cupti.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  });
   g_every = GpuTraceEvery();
+  g_budget = GpuTraceBudget();
+  g_detach = g_every > 1 && g_cupti.finalize != nullptr;
   trace::SetNote("gpu", "CUPTI activity: every kernel, copy and memset of the recorded calls");
-  trace::SetNote("gpu_sampling",
-                 g_every == 1 ? std::string("every forward call")
-                              : fmt::format("forward calls of {}+ tokens, and the first and then "
-                                            "one in {} of the smaller calls (decode, verify): "
-                                            "\"forward call\" spans with gpu_traced 1",
-                                            kAlwaysTracedTokens, g_every));
+  trace::SetNote(
+      "gpu_sampling",
+      g_every == 1 ? std::string("every forward call")
+                   : fmt::format("forward calls of {}+ tokens, and the first and then one in {} of "
+                                 "the smaller calls (decode, verify){}: \"forward call\" spans "
+                                 "with gpu_traced 1{}",
+                                 kAlwaysTracedTokens, g_every,
+                                 g_detach && g_budget > 0
+                                     ? fmt::format(", at most as often as keeps attaching CUPTI "
+                                                   "within {:g}% of the time",
+                                                   100 * g_budget)
+                                     : "",
+                                 g_detach ? "; CUPTI detached between recorded calls" : ""));
   g_running = true;
   return Status::Ok();
 }
@@ -266,8 +348,47 @@ Status StartActivityTrace() {
 bool TraceGpuForCall(int64_t tokens) {
   if (!g_running) return false;
   std::lock_guard<std::mutex> lock(g_sample_mu);
-  const bool record =
-      g_every <= 1 || tokens >= kAlwaysTracedTokens || g_small_calls++ % g_every == 0;
+  bool record = true;
+  if (g_every > 1) {
+    // Attaching CUPTI again costs time: no sooner than the budget allows.
+    const bool may_attach =
+        !g_detach || g_attached || g_budget <= 0 ||
+        NowNanos() - g_detached_at >= static_cast<int64_t>(g_cycle_ns / g_budget);
+    if (tokens >= kAlwaysTracedTokens) {
+      record = may_attach;
+      g_first_after_big = record;  // and the step after it while CUPTI is still attached
+    } else {
+      // The first small call, the first after a recorded big one, then one in g_every.
+      const int64_t n = g_small_calls++;
+      ++g_since_recorded;
+      record = (n == 0 || g_first_after_big || g_since_recorded >= g_every) && may_attach;
+      g_first_after_big = false;
+      if (record) g_since_recorded = 0;
+    }
+  }
+  if (g_detach) {
+    const int64_t t0 = NowNanos();
+    Status st = Status::Ok();
+    if (record && !g_attached) st = Attach();
+    if (!record && g_attached) st = Detach();
+    if (!st.ok()) {
+      trace::SetNote("gpu_sampling_error", st.ToString());
+      g_running = false;  // stop sampling where it is: a trace with fewer records, never a crash
+      return false;
+    }
+    const int64_t t1 = NowNanos();
+    if (record != g_recording) {
+      if (record) {
+        g_cycle_ns = t1 - t0;  // the attach; the detach is added when it comes
+      } else {
+        g_cycle_ns += t1 - t0;
+        g_detached_at = t1;
+        trace::SetNote("gpu_attach_detach_ms", fmt::format("{:.3f}", g_cycle_ns * 1e-6));
+      }
+    }
+    g_recording = record;
+    return record;
+  }
   if (record != g_recording) {
     // Switching costs a driver call per kind; with sampling that happens twice per N calls.
     for (CUpti_ActivityKind kind : kGpuKinds) {

@@ -17,9 +17,14 @@ Status StartActivityTrace();
 
 // Called as each forward call starts: whether its GPU work (and whatever is launched before the
 // next call: the draw, copies back) is recorded. Recording a kernel costs the GPU ~1.6 us, a
-// fifth of a resident decode step's time, so small calls are sampled: the first and then one in
-// N (REDWING_TRACE_GPU_EVERY, default kDefaultGpuTraceEvery; 1 records every call). Calls of
-// kAlwaysTracedTokens tokens or more (prefill chunks: few, long kernels) are always recorded.
+// fifth of a resident decode step's time, and CUPTI merely attached costs every launch (~6% of a
+// resident decode step with no record taken), so calls are sampled and CUPTI is detached
+// between recorded calls (cuptiFinalize; attached again for the next recorded one). Recorded:
+// calls of kAlwaysTracedTokens tokens or more (prefill chunks: few, long kernels) and the small
+// call after each of them, the first small call, then one in N (REDWING_TRACE_GPU_EVERY, default
+// kDefaultGpuTraceEvery; 1 records every call and never detaches); and a call that would attach
+// CUPTI again only once the time since the last detach is 1/budget times what the last
+// attach and detach took (REDWING_TRACE_GPU_BUDGET, default 0.01; 0: no limit).
 // False when the activity trace is not running.
 bool TraceGpuForCall(int64_t tokens);
 // Whether calls are sampled (the trace runs and N > 1). A sampled recorded call must not replay
