@@ -70,7 +70,7 @@ CudaForwardPass::~CudaForwardPass() {
     }
   }
   for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
-  if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+  DropGraphs();
   for (void* p :
        {static_cast<void*>(h_params_), static_cast<void*>(h_plan_), static_cast<void*>(h_ptrs_),
         static_cast<void*>(h_idx_), static_cast<void*>(h_logits_), static_cast<void*>(h_token_),
@@ -333,30 +333,31 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
     // A captured decode step writes its logits into the old buffer, while the draw, the top-k
     // and the copy after it read logits_: capture it again (a verify of k rows, or a prefill
     // asking for every row, after decode steps would otherwise leave the draw reading stale rows).
-    if (graph_exec_ != nullptr) {
-      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
-      graph_exec_ = nullptr;
-    }
+    DropGraphs();
   }
-  // One decode step as a graph when nothing in it needs the host (experts resident or mapped).
-  const bool graphable = m == 1 && rows == LogitsRows::kLast && use_graphs_ && !graph_failed_ &&
-                         fault_layer_ < 0 && !eager_for_trace &&
-                         (!c_.enable_moe || model_.decode_table() != nullptr);
-  if (graphable && graph_exec_ == nullptr) {
+  // One decode step, or one verify of m rows (a graph per m), as a graph when nothing in it
+  // needs the host (experts resident or mapped).
+  const bool graphable = use_graphs_ && !graph_failed_ && fault_layer_ < 0 && !eager_for_trace &&
+                         (!c_.enable_moe || model_.decode_table() != nullptr) &&
+                         ((m == 1 && rows == LogitsRows::kLast) ||
+                          (RowsPath(m) && rows == LogitsRows::kAll && !timing_));
+  void*& graph_exec = m == 1 ? graph_exec_ : verify_graphs_[static_cast<size_t>(graphable ? m : 0)];
+  if (graphable && graph_exec == nullptr) {
     cudaGraph_t graph = nullptr;
     RW_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(S(stream_), cudaStreamCaptureModeThreadLocal),
                             "graph capture");
     marks_ = 0;
     Status body = timing_ ? Mark("start") : Status::Ok();
-    if (body.ok()) body = Body(1, LogitsRows::kLast);
+    if (body.ok()) body = Body(m, rows);
     graph_marks_ = marks_;
     const cudaError_t end = cudaStreamEndCapture(S(stream_), &graph);
     cudaGraphExec_t exec = nullptr;
     if (body.ok() && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-      graph_exec_ = exec;
+      graph_exec = exec;
     } else {
       graph_failed_ = true;  // run kernel by kernel from now on
-      RW_LOG_WARN("CUDA graph capture of a decode step failed ({}); running kernel by kernel",
+      RW_LOG_WARN("CUDA graph capture of a {} failed ({}); running kernel by kernel",
+                  m == 1 ? "decode step" : "verify",
                   body.ok() ? cudaGetErrorString(end) : body.ToString());
       cudaGetLastError();
     }
@@ -364,11 +365,12 @@ Status CudaForwardPass::RunCall(const int* ids, int64_t m, int64_t pos0, LogitsR
     layer_ = -1;  // nothing captured has run
     residual_intact_ = false;
   }
-  if (graphable && graph_exec_ != nullptr) {
+  if (graphable && graph_exec != nullptr) {
     marks_ = graph_marks_;  // the events captured in the graph are recorded again
-    RW_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec_), S(stream_)),
-                            "decode graph");
-    ++graph_steps_;
+    RW_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph_exec), S(stream_)),
+                            "{} graph", m == 1 ? "decode" : "verify");
+    captured_m_ = capture_layers_.empty() ? 0 : m;  // what Body sets on the host
+    if (m == 1) ++graph_steps_;
   } else {
     marks_ = 0;
     if (timing_) RW_RETURN_IF_ERROR(Mark("start"));
@@ -594,6 +596,15 @@ Status CudaForwardPass::AfterCall(int64_t m) {
   return cache->Maintain(stream_);
 }
 
+void CudaForwardPass::DropGraphs() {
+  if (graph_exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
+  graph_exec_ = nullptr;
+  for (void*& g : verify_graphs_) {
+    if (g != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
+    g = nullptr;
+  }
+}
+
 Status CudaForwardPass::Body(int64_t m, LogitsRows rows) {
   cuda::SetOverlappedLaunches(m == 1);
   RW_RETURN_IF_ERROR(Embed(m));
@@ -630,11 +641,8 @@ Status CudaForwardPass::SetCapture(const std::vector<int>& layers) {
             &h_capture_,
             layers.size() * static_cast<size_t>(max_chunk_ * c_.hidden_size) * sizeof(float)),
         "pinned hidden-state capture");
-  // A captured decode graph holds the old copies (or none): capture it again.
-  if (graph_exec_ != nullptr) {
-    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph_exec_));
-    graph_exec_ = nullptr;
-  }
+  // A captured graph holds the old copies (or none): capture it again.
+  DropGraphs();
   return Status::Ok();
 }
 

@@ -15,6 +15,7 @@
 // Plain C++ interface: engine code includes it without CUDA headers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -254,6 +255,10 @@ class CudaForwardPass {
   int* d_cand_ = nullptr;
   int* h_cand_ = nullptr;
   void* graph_exec_ = nullptr;  // cudaGraphExec_t of one decode step
+  // cudaGraphExec_t of a verify of m rows (index m, 2..kRowsPathMax): launched one by one, a
+  // verify's ~600 kernels cost the CPU ~2.4 ms more than the decode step's graph.
+  std::array<void*, kRowsPathMax + 1> verify_graphs_{};
+  void DropGraphs();  // after anything a captured graph holds changed
   bool use_graphs_ = true, graph_failed_ = false;
   uint64_t syncs_ = 0, graph_steps_ = 0;
   bool alloc_failed_ = false;
