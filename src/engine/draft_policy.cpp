@@ -9,6 +9,7 @@ DraftPolicy::DraftPolicy(DraftPolicyOptions o)
       trials_(static_cast<size_t>(std::max(0, o.max_draft)), 0.0),
       hits_(trials_.size(), 0.0),
       cost_(trials_.size() + 1, -1.0),
+      seen_(cost_.size(), 0),
       prior_weight_(o.prior_weight),
       probe_interval_(std::max(1, o.probe_interval)) {}
 
@@ -64,12 +65,16 @@ std::vector<double> DraftPolicy::CostEstimates(int max_k) const {
     } else if (hi >= 0) {
       est[k] = cost_[hi] * (1 + s * k) / (1 + s * hi);
     } else {
-      // Beyond the longest measured step: the secant from the shortest one (a verify's cost
-      // grows more slowly for longer blocks, whose tokens share experts, so this is cautious),
-      // or the prior slope when only one point is known.
+      // Beyond the longest measured step: the secant from the shortest one, or the prior slope
+      // where that is less. A verify's cost grows more slowly for longer blocks (their tokens
+      // share experts; on a GPU the first draft carries a fixed cost, ~2 decode steps on the
+      // H100, and each further one ~0.4), so the secant alone would keep a policy that measured
+      // one draft from ever trying four.
       const int first = measured.front();
-      const double slope = lo > first ? std::max(0.0, (cost_[lo] - cost_[first]) / (lo - first))
-                                      : cost_[lo] * s / (1 + s * lo);
+      const double prior = cost_[lo] * s / (1 + s * lo);
+      const double slope =
+          lo > first ? std::min(prior, std::max(0.0, (cost_[lo] - cost_[first]) / (lo - first)))
+                     : prior;
       est[k] = cost_[lo] + slope * (k - lo);
     }
   }
@@ -84,7 +89,7 @@ int DraftPolicy::Choose(int max_k) {
   const int K = std::min(max_k, o_.max_draft);
   if (K <= 0) return 0;
   // Measure a plain step first, and now and then again.
-  if (!frozen_ && (last_plain_ < 0 || steps_ - last_plain_ > o_.refresh_plain)) return 0;
+  if (!frozen_ && (cost_[0] <= 0 || steps_ - last_plain_ > o_.refresh_plain)) return 0;
   const std::vector<double> t = CostEstimates(K);
   int best = 0;
   double best_rate = 0;
@@ -117,6 +122,7 @@ int DraftPolicy::Choose(int max_k) {
 void DraftPolicy::ObserveCost(int drafts, double seconds) {
   if (drafts == 0) last_plain_ = steps_;
   if (frozen_ || drafts < 0 || drafts >= static_cast<int>(cost_.size()) || !(seconds > 0)) return;
+  if (seen_[drafts]++ < o_.warmup_observations) return;
   double& c = cost_[drafts];
   // The first call of a size can pay for scratch buffers; a much cheaper repeat replaces it.
   if (c <= 0 || seconds < 0.5 * c) {

@@ -52,6 +52,10 @@ struct DraftPolicyOptions {
   // A plain step is measured first and then at least every refresh_plain steps, so t(0) follows
   // the machine (caches warming, other load).
   int refresh_plain = 64;
+  // The first observations of each step size that are not counted: a size's first call pays for
+  // one-time work (on a GPU, capturing its graph: a plain step measured then made drafting look
+  // worth it for 64 steps, and a verify measured then was never tried again).
+  int warmup_observations = 1;
 };
 
 class DraftPolicy {
@@ -81,6 +85,7 @@ class DraftPolicy {
   DraftPolicyOptions o_;
   std::vector<double> trials_, hits_;  // by position (index 0: the first draft)
   std::vector<double> cost_;           // EMA by drafts; < 0: not measured
+  std::vector<int> seen_;              // observations by drafts, warm-up ones included
   double prior_weight_;                // decays with every observation
   bool frozen_ = false;
   int64_t steps_ = 0, last_plain_ = -1;  // last_plain_: the step of the last plain measure

@@ -131,6 +131,22 @@ TEST(DraftPolicy, PicksNearTheBestFixedLengthAndMatchesItsRate) {
   }
 }
 
+// A GPU's costs (the H100, full-size model): one draft adds ~0.8 of a decode step (a verify's
+// fixed cost), each further one ~0.4. Having measured one draft, the policy must still expect
+// four to cost less than four times as much, or it never tries them: with drafts mostly
+// accepted it picks 3 or more (the secant through t(0) and t(1) alone put t(4) at 4.2 and kept
+// it at one draft).
+TEST(DraftPolicy, ConcaveGpuCostsStillTryLongerDrafts) {
+  DraftPolicy p;
+  for (int i = 0; i < 2; ++i) {  // each size's first call is a warm-up
+    p.ObserveCost(0, 1.0);
+    p.ObserveCost(1, 1.8);
+  }
+  for (int i = 0; i < 6; ++i) p.ObserveAcceptance(1, 1);
+  EXPECT_LT(p.CostEstimates(4)[4], 3.0);
+  EXPECT_GE(p.Choose(15), 3);
+}
+
 TEST(DraftPolicy, RejectedDraftsFallBackToPlainWithinFivePercent) {
   // The target: a drafter that never hits (oracle:0) costs at most 5% against plain
   // decoding, on cheap (MoE, weight-bound) and on dear (compute-bound) verifies.
@@ -214,6 +230,7 @@ TEST(DraftPolicy, DearProbesAreSpacedToTheirBudget) {
 TEST(DraftPolicy, CostEstimatesInterpolateExtrapolateAndNeverDecrease) {
   DraftPolicyOptions o;
   o.cost_slope = 0.25;
+  o.warmup_observations = 0;  // every observation counts here
   DraftPolicy p(o);
   // Nothing measured: the prior shape.
   std::vector<double> t = p.CostEstimates(4);
@@ -237,6 +254,27 @@ TEST(DraftPolicy, CostEstimatesInterpolateExtrapolateAndNeverDecrease) {
   EXPECT_DOUBLE_EQ(q.CostEstimates(3)[3], 20e-3);
   q.ObserveCost(3, 30e-3);
   EXPECT_NEAR(q.CostEstimates(3)[3], 0.7 * 20e-3 + 0.3 * 30e-3, 1e-15);
+}
+
+// A step size's first call pays for one-time work (a GPU captures its graph then): it is not a
+// measure. Counted, a slow first plain step made drafting look worth it until the next plain
+// measure, and a slow first verify of a size kept the policy from ever drafting that many again.
+TEST(DraftPolicy, TheFirstCallOfEachSizeIsAWarmUp) {
+  DraftPolicy p;
+  EXPECT_EQ(p.Choose(8), 0);
+  p.ObserveCost(0, 50e-3);    // the decode graph's capture
+  EXPECT_EQ(p.Choose(8), 0);  // t(0) still unknown: plain again
+  p.ObserveCost(0, 3e-3);
+  EXPECT_DOUBLE_EQ(p.CostEstimates(0)[0], 3e-3);
+  // A verify of 4 drafts: its first call (capture) is left out, the estimate extrapolated
+  // from t(0) until a second call is measured.
+  p.ObserveCost(4, 200e-3);
+  EXPECT_LT(p.CostEstimates(4)[4], 10e-3);
+  p.ObserveCost(4, 7e-3);
+  EXPECT_DOUBLE_EQ(p.CostEstimates(4)[4], 7e-3);
+  // With drafts accepted at 80%, 4 drafts at 7 ms beat plain steps at 3 ms (3.36 / 7 > 1 / 3).
+  for (int i = 0; i < 5; ++i) p.ObserveAcceptance(4, 3);
+  EXPECT_GT(p.Choose(8), 0);
 }
 
 TEST(DraftPolicy, MeasuresAPlainStepFirstAndRefreshesIt) {
