@@ -8,7 +8,8 @@
 # usage: tools/compare/llama_bench.sh REDWING_BIN MODEL_DIR GGUF LLAMA_BUILD_DIR [PAIRS] [OUT_DIR]
 #   GGUF: the twin (tools/compare/gguf_twin.py); for speed the --q4 q4_0 twin, which llama.cpp
 #         repacks. LLAMA_BUILD_DIR: from build_llama_cpp.sh.
-# Environment: PROMPT (128), DECODE (64), THREADS (2), CAP (unset: uncapped; e.g. 8G: every run
+# Environment: PROMPT (128), DECODE (64), THREADS (2), REDWING_FLAGS (more `redwing bench` flags,
+# e.g. "--precision fast"), CAP (unset: uncapped; e.g. 8G: every run
 # inside scripts/with-memory-limit.sh CAP; llama-bench of this llama.cpp has no --no-repack, so
 # under a cap llama.cpp runs as llama-completion --no-repack with its timings instead).
 # Writes OUT_DIR/runs.log (every run's full output) and prints one line per run and a summary.
@@ -27,6 +28,7 @@ out=${6:-$(mktemp -d)}
 prompt=${PROMPT:-128}
 decode=${DECODE:-64}
 threads=${THREADS:-2}
+read -r -a rflags <<<"${REDWING_FLAGS:-}"
 cap=${CAP:-}
 here=$(dirname "$(realpath "$0")")
 root=$(cd "$here/../.." && pwd)
@@ -62,7 +64,7 @@ probe_model=$out/probe-model
     "$lbuild/CMakeCache.txt" | tr '\n' ' '
   echo
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores"
-  echo "prompt $prompt, decode $decode, threads $threads, cap ${cap:-none}"
+  echo "prompt $prompt, decode $decode, threads $threads, cap ${cap:-none}, redwing flags: ${REDWING_FLAGS:-none}"
 } | tee -a "$log"
 
 json_get() { # file, python expression over j
@@ -111,7 +113,8 @@ run_redwing() {
   local n=$1
   find "$model" -name '*.bin' -exec cat {} + >/dev/null
   "${wrap[@]}" "$redwing" bench --model "$model" --prompt-tokens "$prompt" --decode-tokens "$decode" \
-    --threads "$threads" --no-disk-probe --format json --quiet >"$out/redwing-$n.json" 2>>"$log"
+    --threads "$threads" --no-disk-probe ${rflags[@]+"${rflags[@]}"} --format json --quiet \
+    >"$out/redwing-$n.json" 2>>"$log"
   cat "$out/redwing-$n.json" >>"$log"
   json_get "$out/redwing-$n.json" \
     "'redwing    prefill %.2f tok/s  decode %.2f tok/s  memory probe %.1f GB/s' % (j['cases'][0]['prefill']['tok_s'], j['cases'][0]['decode']['tok_s'], j['memory_probe']['read_gb_s'])"
