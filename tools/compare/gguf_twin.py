@@ -25,11 +25,13 @@ full-attention layers' partial ("proportional") RoPE is a rope_freqs tensor that
 unrotated pairs unrotated (factor 1e30), as llama.cpp's converter writes it. The vocabulary is
 placeholder pieces: the comparisons feed token ids, never text.
 
-Usage: gguf_twin.py MODEL_DIR OUT.gguf [--q4 q4_1|q4_0|f32] [--q8 q8_0|f32]
-(needs numpy: apt install python3-numpy)
+Usage: gguf_twin.py MODEL_DIR OUT.gguf [--q4 q4_1|q4_0|f32] [--q8 q8_0|f32] [--jobs N]
+(needs numpy: apt install python3-numpy). --jobs N encodes N tensors at a time in worker
+processes, each writing its tensor at its own offset (default: the number of CPUs).
 """
 import argparse
 import json
+import multiprocessing
 import os
 import struct
 import sys
@@ -162,6 +164,18 @@ class Stats:
         s[2] = max(s[2], float(np.abs(e).max()))
         s[3] = max(s[3], float(np.abs(w).max()))
         s[4] += w.size
+
+    def merge(self, other):
+        self.q41_values += other.q41_values
+        self.q41_inexact += other.q41_inexact
+        self.q41_worst = max(self.q41_worst, other.q41_worst)
+        for t, o in other.requant.items():
+            s = self.requant.setdefault(t, [0.0, 0.0, 0.0, 0.0, 0])
+            s[0] += o[0]
+            s[1] += o[1]
+            s[2] = max(s[2], o[2])
+            s[3] = max(s[3], o[3])
+            s[4] += o[4]
 
     def report(self):
         lines = []
@@ -453,29 +467,80 @@ def put_value(f, t, v):
         f.write(struct.pack({GGUF_U32: "<I", GGUF_I32: "<i", GGUF_F32: "<f", GGUF_BOOL: "<?"}[t], v))
 
 
-def write_gguf(path, kv, tensors):
+def write_header(f, kv, tensors):
+    """Writes the header and returns each tensor's absolute data offset."""
+    f.write(b"GGUF")
+    f.write(struct.pack("<IQQ", 3, len(tensors), len(kv)))
+    for key, t, v in kv:
+        put_str(f, key)
+        f.write(struct.pack("<I", t))
+        put_value(f, t, v)
+    off, rel = 0, []
+    for name, dims, t, _ in tensors:
+        put_str(f, name)
+        f.write(struct.pack("<I", len(dims)))
+        f.write(struct.pack(f"<{len(dims)}Q", *dims))
+        f.write(struct.pack("<IQ", t, off))
+        rel.append(off)
+        off += -(-nbytes(dims, t) // ALIGN) * ALIGN
+    f.write(b"\0" * (-f.tell() % ALIGN))
+    data = f.tell()
+    return [data + r for r in rel], data + off
+
+
+def write_tensor(fd, tensor, at):
+    """One tensor's bytes at offset `at` of the open file fd (positioned writes: workers share
+    the file), its padding included."""
+    name, dims, t, produce = tensor
+    want, pos = nbytes(dims, t), at
+    for chunk in produce():
+        b = np.ascontiguousarray(chunk).tobytes()
+        if os.pwrite(fd, b, pos) != len(b):
+            fail(f"{name}: short write")
+        pos += len(b)
+    if pos - at != want:
+        fail(f"{name}: wrote {pos - at} bytes, expected {want}")
+    pad = -want % ALIGN
+    if pad:
+        os.pwrite(fd, b"\0" * pad, pos)
+
+
+# The worker processes' view of the job (set before the pool forks, so nothing is pickled but
+# indices and statistics).
+_JOB = {}
+
+
+def _encode_one(i):
+    twin, tensors, offsets, path = _JOB["twin"], _JOB["tensors"], _JOB["offsets"], _JOB["path"]
+    twin.stats = Stats()
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        write_tensor(fd, tensors[i], offsets[i])
+    finally:
+        os.close(fd)
+    return twin.stats
+
+
+def write_gguf(path, kv, tensors, twin, jobs):
     with open(path, "wb") as f:
-        f.write(b"GGUF")
-        f.write(struct.pack("<IQQ", 3, len(tensors), len(kv)))
-        for key, t, v in kv:
-            put_str(f, key)
-            f.write(struct.pack("<I", t))
-            put_value(f, t, v)
-        off = 0
-        for name, dims, t, _ in tensors:
-            put_str(f, name)
-            f.write(struct.pack("<I", len(dims)))
-            f.write(struct.pack(f"<{len(dims)}Q", *dims))
-            f.write(struct.pack("<IQ", t, off))
-            off += -(-nbytes(dims, t) // ALIGN) * ALIGN
-        f.write(b"\0" * (-f.tell() % ALIGN))
-        for name, dims, t, produce in tensors:
-            start, want = f.tell(), nbytes(dims, t)
-            for chunk in produce():
-                f.write(np.ascontiguousarray(chunk).tobytes())
-            if f.tell() - start != want:
-                fail(f"{name}: wrote {f.tell() - start} bytes, expected {want}")
-            f.write(b"\0" * (-want % ALIGN))
+        offsets, end = write_header(f, kv, tensors)
+        f.truncate(end)
+    # Largest first, so the embedding does not start last.
+    order = sorted(range(len(tensors)), key=lambda i: -nbytes(tensors[i][1], tensors[i][2]))
+    if jobs <= 1:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            for i in order:
+                write_tensor(fd, tensors[i], offsets[i])
+        finally:
+            os.close(fd)
+        return
+    _JOB.update(twin=twin, tensors=tensors, offsets=offsets, path=path)
+    total = twin.stats
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        for st in pool.imap_unordered(_encode_one, order):
+            total.merge(st)
+    twin.stats = total
 
 
 def main():
@@ -484,11 +549,14 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--q4", choices=["q4_1", "q4_0", "f32"], default="q4_1")
     ap.add_argument("--q8", choices=["q8_0", "f32"], default="q8_0")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
+    if a.jobs < 1:
+        fail("--jobs must be at least 1")
     twin = Twin(Model(a.model_dir), a.q4, a.q8)
     tmp = a.out + ".partial"
     try:
-        write_gguf(tmp, metadata(twin.cfg), twin.tensors())
+        write_gguf(tmp, metadata(twin.cfg), twin.tensors(), twin, a.jobs)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)

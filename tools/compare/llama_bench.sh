@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp at its best against redwing on the same machine, in the same minutes: llama-bench at
-# its defaults (repack on) and `redwing bench`, alternated A-B-B-A, PAIRS pairs. Before each run
+# its defaults (repack on; the prompt at depth 0 and the decode at the prompt's depth, as redwing
+# measures them) and `redwing bench`, alternated A-B-B-A, PAIRS pairs. Before each run
 # that engine's model files are read once so that it starts with its model in the page cache,
 # and a memory-bandwidth probe runs (redwing's own, from `redwing bench`; for the llama.cpp runs
 # the same probe through `redwing bench` on a tiny synthetic model just before).
@@ -9,7 +10,8 @@
 #   GGUF: the twin (tools/compare/gguf_twin.py); for speed the --q4 q4_0 twin, which llama.cpp
 #         repacks. LLAMA_BUILD_DIR: from build_llama_cpp.sh.
 # Environment: PROMPT (128), DECODE (64), THREADS (2), REDWING_FLAGS (more `redwing bench` flags,
-# e.g. "--precision fast"), CAP (unset: uncapped; e.g. 8G: every run
+# e.g. "--precision fast"; several variants separated by ';', e.g. "--precision exact;--precision
+# fast", each run once per pair, in reverse order in every other pair), CAP (unset: uncapped; e.g. 8G: every run
 # inside scripts/with-memory-limit.sh CAP; llama-bench of this llama.cpp has no --no-repack, so
 # under a cap llama.cpp runs as llama-completion --no-repack with its timings instead).
 # Writes OUT_DIR/runs.log (every run's full output) and prints one line per run and a summary.
@@ -28,7 +30,8 @@ out=${6:-$(mktemp -d)}
 prompt=${PROMPT:-128}
 decode=${DECODE:-64}
 threads=${THREADS:-2}
-read -r -a rflags <<<"${REDWING_FLAGS:-}"
+IFS=';' read -r -a variants <<<"${REDWING_FLAGS:-}"
+[[ ${#variants[@]} -gt 0 ]] || variants=("")
 cap=${CAP:-}
 here=$(dirname "$(realpath "$0")")
 root=$(cd "$here/../.." && pwd)
@@ -82,12 +85,22 @@ run_llama() {
   cat "$gguf" >/dev/null
   mem=$(probe)
   if [[ -z $cap ]]; then
-    "${wrap[@]}" "$lbench" -m "$gguf" -p "$prompt" -n "$decode" -t "$threads" -o json \
-      >"$out/llama-$n.json" 2>>"$log"
+    # -d 0,PROMPT: the prompt from position 0, as redwing's prefill, and the decode at depth
+    # PROMPT, as redwing's decode follows its prompt (llama-bench's tg runs alone from depth 0
+    # otherwise; that figure is printed too).
+    "${wrap[@]}" "$lbench" -m "$gguf" -p "$prompt" -n "$decode" -d "0,$prompt" -t "$threads" \
+      -o json >"$out/llama-$n.json" 2>>"$log"
     cat "$out/llama-$n.json" >>"$log"
-    json_get "$out/llama-$n.json" \
-      "'llama.cpp  prefill %.2f tok/s  decode %.2f tok/s' % (j[0]['avg_ts'], j[1]['avg_ts'])" |
-      sed "s/\$/  memory probe $mem GB\/s/"
+    "$py" - "$out/llama-$n.json" "$mem" "$prompt" <<'EOF2'
+import json, sys
+j, mem, depth = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+ts = {(r["n_prompt"], r["n_gen"], r["n_depth"]): r["avg_ts"] for r in j}
+pp = [v for (p, g, d), v in ts.items() if p > 0 and d == 0]
+tg = [v for (p, g, d), v in ts.items() if g > 0 and d == depth]
+tg0 = [v for (p, g, d), v in ts.items() if g > 0 and d == 0]
+print("llama.cpp  prefill %.2f tok/s  decode %.2f tok/s  memory probe %s GB/s  (decode from depth 0: %.2f)"
+      % (pp[0], tg[0], mem, tg0[0]))
+EOF2
   else
     # The twin's placeholder vocabulary has no letters, so each 'a' is one byte token: with BOS
     # (and a space prefix if the tokenizer adds one) about PROMPT tokens; the count llama.cpp
@@ -110,23 +123,34 @@ EOF
 }
 
 run_redwing() {
-  local n=$1
+  local n=$1 flags=$2 rflags
+  read -r -a rflags <<<"$flags"
   find "$model" -name '*.bin' -exec cat {} + >/dev/null
   "${wrap[@]}" "$redwing" bench --model "$model" --prompt-tokens "$prompt" --decode-tokens "$decode" \
     --threads "$threads" --no-disk-probe ${rflags[@]+"${rflags[@]}"} --format json --quiet \
     >"$out/redwing-$n.json" 2>>"$log"
   cat "$out/redwing-$n.json" >>"$log"
   json_get "$out/redwing-$n.json" \
-    "'redwing    prefill %.2f tok/s  decode %.2f tok/s  memory probe %.1f GB/s' % (j['cases'][0]['prefill']['tok_s'], j['cases'][0]['decode']['tok_s'], j['memory_probe']['read_gb_s'])"
+    "'redwing    prefill %.2f tok/s  decode %.2f tok/s  memory probe %.1f GB/s' % (j['cases'][0]['prefill']['tok_s'], j['cases'][0]['decode']['tok_s'], j['memory_probe']['read_gb_s'])" |
+    sed "s/\$/  flags: ${flags:-none}/"
+}
+
+run_all_redwing() {
+  local n=$1 k
+  if (($2)); then
+    for ((k = 0; k < ${#variants[@]}; ++k)); do run_redwing "$n.$k" "${variants[k]}" | tee -a "$log"; done
+  else
+    for ((k = ${#variants[@]} - 1; k >= 0; --k)); do run_redwing "$n.$k" "${variants[k]}" | tee -a "$log"; done
+  fi
 }
 
 for i in $(seq "$pairs"); do
   echo "== pair $i, $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$log"
   if ((i % 2)); then
     run_llama "$i" | tee -a "$log"
-    run_redwing "$i" | tee -a "$log"
+    run_all_redwing "$i" 1
   else
-    run_redwing "$i" | tee -a "$log"
+    run_all_redwing "$i" 0
     run_llama "$i" | tee -a "$log"
   fi
 done
