@@ -81,6 +81,8 @@ const KernelTable& ScalarKernels();
 const KernelTable& Avx2Kernels();
 // Only valid on CPUs with AVX-512 F/BW/VL/DQ, AVX2 and FMA.
 const KernelTable& Avx512Kernels();
+// Whether the CPU has AVX-512 VNNI too (the AVX-512 table's fast matvec then uses it).
+bool CpuHasAvx512Vnni();
 // The table selected by ActiveIsa().
 const KernelTable& Active();
 

@@ -122,4 +122,7 @@ void MatVecQ8Rows(const WeightView& w, const float* prep, float* y, int64_t r0, 
 namespace rw::cpu::avx512 {
 // The AVX-512 kernel (matvec_q8_avx512.cpp); preparation is the AVX2 one.
 void MatVecQ8Rows(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1);
+// The same on VNNI's byte dot products (matvec_q8_vnni.cpp): only on CPUs with AVX512_VNNI
+// (CpuHasAvx512Vnni); the AVX-512 table takes it there.
+void MatVecQ8RowsVnni(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1);
 }  // namespace rw::cpu::avx512

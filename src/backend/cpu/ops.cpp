@@ -30,6 +30,12 @@ bool CpuHasAvx512() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
+// REDWING_VNNI=0 keeps the AVX-512 table off VNNI (same bits either way; for A-B runs).
+bool UseVnni() {
+  const char* env = std::getenv("REDWING_VNNI");
+  return detail::CpuHasAvx512Vnni() && !(env != nullptr && std::strcmp(env, "0") == 0);
+}
+
 const detail::KernelTable& TableFor(Isa isa) {
   switch (isa) {
     case Isa::kAvx512:
@@ -152,6 +158,11 @@ const char* IsaName(Isa isa) {
 }
 
 namespace detail {
+bool CpuHasAvx512Vnni() {
+  __builtin_cpu_init();
+  return CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
+}
+
 float* PackScratch(int64_t floats) {
   thread_local std::vector<float> buf;
   return Aligned64(buf, floats);
@@ -197,7 +208,7 @@ const KernelTable& Avx512Kernels() {
     k.prepare_x = avx512::PrepareX;
     k.matvec_rows = avx512::MatVecRows;
     k.matmul_prepped_rows = avx512::MatMulPreppedRows;
-    k.matvec_q8_rows = avx512::MatVecQ8Rows;
+    k.matvec_q8_rows = UseVnni() ? avx512::MatVecQ8RowsVnni : avx512::MatVecQ8Rows;
     // The AVX2 table's 8 was measured on Zen 3 only; this kernel streams its weights once per
     // group of 4 rows, so it keeps packing from 5 rows on.
     k.small_m = 4;

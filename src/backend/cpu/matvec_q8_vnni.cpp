@@ -1,0 +1,97 @@
+// AVX-512 VNNI fast affine matvec (Precision::kFast; definition in matvec_q8.h). The AVX-512BW
+// kernel with each product of weight bytes and an x plane formed by `vpdpbusd` (unsigned weight
+// bytes times signed x bytes, four products summed into each int32 lane) instead of
+// maddubs + madd. The int32 lanes hold the same sums of the same products, so the per-block sums,
+// and everything after them (matvec_q8_simd.h), are the same bits as the other kernels'. 8-bit
+// codes go in unsigned as they are: no q − 128 shift and no correction.
+// Compiled with the AVX-512 flags plus -mavx512vnni, and picked only on CPUs that have VNNI.
+#include <immintrin.h>
+
+#include "backend/cpu/avx2_math.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/matvec_q8.h"
+#include "backend/cpu/matvec_q8_simd.h"
+
+namespace rw::cpu::avx512 {
+namespace {
+
+// The bytes [p, p + n) of a 64-byte window (n clamped to 0..64), zeros elsewhere.
+inline __m512i LoadUpto64(const uint8_t* p, int64_t n) {
+  if (n >= 64) return _mm512_loadu_si512(p);
+  if (n <= 0) return _mm512_setzero_si512();
+  return _mm512_maskz_loadu_epi8((__mmask64{1} << n) - 1, p);
+}
+
+inline __m512i LoadX2(const int8_t* a, const int8_t* b) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(a))),
+      _mm256_load_si256(reinterpret_cast<const __m256i*>(b)), 1);
+}
+
+// 256·(w·a) + (w·c) per int32 lane: |w·a| <= 8·255·127 per lane, so nothing overflows.
+inline __m512i TwoPlanes(__m512i sa, __m512i sc) {
+  return _mm512_add_epi32(_mm512_slli_epi32(sa, 8), sc);
+}
+
+struct VnniSums {
+  template <int kBits, int kRows, bool kFull>
+  static inline void Chunk(const uint8_t* const* wc, const int8_t* xa, const int8_t* xc,
+                           const int32_t* /*qs*/, int nbt, __m256i* isum) {
+    const __m512i zero = _mm512_setzero_si512();
+    const int64_t bytes = static_cast<int64_t>(nbt) * 32 * kBits / 8;
+    if constexpr (kBits == 4) {
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      __m256i part[kRows][4];
+      RW_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        // 64 bytes: blocks 4h .. 4h + 3, one per 128-bit lane (low nibbles the block's even
+        // elements, high nibbles its odd ones, as x's planes are laid out).
+        const __m512i alo = LoadX2(xa + 128 * h, xa + 128 * h + 64);
+        const __m512i ahi = LoadX2(xa + 128 * h + 32, xa + 128 * h + 96);
+        const __m512i clo = LoadX2(xc + 128 * h, xc + 128 * h + 64);
+        const __m512i chi = LoadX2(xc + 128 * h + 32, xc + 128 * h + 96);
+        RW_UNROLL
+        for (int i = 0; i < kRows; ++i) {
+          const __m512i v = kFull ? _mm512_loadu_si512(wc[i] + 64 * h)
+                                  : LoadUpto64(wc[i] + 64 * h, bytes - 64 * h);
+          const __m512i lo = _mm512_and_si512(v, m4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          const __m512i sa = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, alo), hi, ahi);
+          const __m512i sc = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, lo, clo), hi, chi);
+          const __m512i s = TwoPlanes(sa, sc);
+          part[i][2 * h] = _mm512_castsi512_si256(s);
+          part[i][2 * h + 1] = _mm512_extracti64x4_epi64(s, 1);
+        }
+      }
+      RW_UNROLL
+      for (int i = 0; i < kRows; ++i) isum[i] = q8simd::ReduceQ4(part[i]);
+    } else {
+      __m256i part[kRows][8];
+      RW_UNROLL
+      for (int h = 0; h < 4; ++h) {
+        // 64 bytes: blocks 2h and 2h + 1 (a padded block reads zero codes: sum 0).
+        const __m512i av = _mm512_load_si512(xa + 64 * h);
+        const __m512i cv = _mm512_load_si512(xc + 64 * h);
+        RW_UNROLL
+        for (int i = 0; i < kRows; ++i) {
+          const __m512i v = kFull ? _mm512_loadu_si512(wc[i] + 64 * h)
+                                  : LoadUpto64(wc[i] + 64 * h, bytes - 64 * h);
+          const __m512i s =
+              TwoPlanes(_mm512_dpbusd_epi32(zero, v, av), _mm512_dpbusd_epi32(zero, v, cv));
+          part[i][2 * h] = _mm512_castsi512_si256(s);
+          part[i][2 * h + 1] = _mm512_extracti64x4_epi64(s, 1);
+        }
+      }
+      RW_UNROLL
+      for (int i = 0; i < kRows; ++i) isum[i] = q8simd::ReduceQ8(part[i]);
+    }
+  }
+};
+
+}  // namespace
+
+void MatVecQ8RowsVnni(const WeightView& w, const float* prep, float* y, int64_t r0, int64_t r1) {
+  q8simd::MatVecRows<VnniSums>(w, prep, y, r0, r1);
+}
+
+}  // namespace rw::cpu::avx512
