@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "base/bf16.h"
 
@@ -70,10 +71,18 @@ template <typename T>
 Status Optional(const Json& j, const char* key, T* out, const std::string& what) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return Status::Ok();
-  try {
-    *out = it->get<T>();
-  } catch (const std::exception&) {
-    return Error(ErrorCode::kCorrupt, "{}: field '{}' has the wrong type", what, key);
+  static_assert(!std::is_integral_v<T> || std::is_same_v<T, bool> || std::is_same_v<T, int64_t>,
+                "integer fields are read as int64_t here, or with OptionalInt");
+  if constexpr (std::is_same_v<T, int64_t>) {
+    // get<int64_t>() of a float (an integer literal too large for 64 bits parses as one) is an
+    // out-of-range conversion; JsonInt accepts integers only, in range.
+    RW_ASSIGN_OR_RETURN(*out, JsonInt(j, key, what));
+  } else {
+    try {
+      *out = it->get<T>();
+    } catch (const std::exception&) {
+      return Error(ErrorCode::kCorrupt, "{}: field '{}' has the wrong type", what, key);
+    }
   }
   return Status::Ok();
 }

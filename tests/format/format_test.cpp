@@ -273,7 +273,11 @@ TEST(Format, HfConfigAndManifestWrongShapesAreErrors) {
                                                       {"hidden_size_per_layer_input", "x"},
                                                       {"enable_moe_block", "yes"},
                                                       {"attention_k_eq_v", 1},
-                                                      {"num_kv_shared_layers", Json::array({1})}};
+                                                      {"num_kv_shared_layers", Json::array({1})},
+                                                      // Integers too large for 64 bits parse as
+                                                      // floats (found by fuzz_model_format).
+                                                      {"num_kv_shared_layers", 6.6e37},
+                                                      {"hidden_size_per_layer_input", 2.5}};
   for (const auto& [key, value] : wrong_types) {
     Json j = base;
     j[key] = value;
