@@ -7,7 +7,7 @@
 #   tools/compare/from_scratch.sh REDWING_BIN LLAMA_SRC WORK_DIR [PAIRS]
 #
 # Environment: what llama_bench.sh takes (THREADS defaults to every CPU here, PROMPT, DECODE,
-# REDWING_FLAGS, CAP).
+# REDWING_FLAGS, CAP); GEOMETRY (gemma4-26b-a4b) picks the synthetic model.
 set -euo pipefail
 if [[ $# -lt 3 || $# -gt 4 ]]; then
   sed -n '2,10p' "$0" >&2
@@ -28,7 +28,7 @@ elapsed() { echo "$(($(date +%s) - t0)) s"; }
 bash "$here/build_llama_cpp.sh" "$src" "$work/llama-build" >"$work/llama-build.log" 2>&1 &
 build_pid=$!
 if [[ ! -f $work/g4/manifest.json ]]; then
-  "$redwing" synth --geometry gemma4-26b-a4b --seed 1 --out "$work/g4" --quiet
+  "$redwing" synth --geometry "${GEOMETRY:-gemma4-26b-a4b}" --seed 1 --out "$work/g4" --quiet
 fi
 echo "model ready after $(elapsed)"
 if [[ ! -f $work/g4-q4_0.gguf ]]; then
