@@ -96,7 +96,9 @@ TEST(CudaMatVecRows, PlainRowsEqualOneRowLaunches) {
           ASSERT_EQ(cuda::LaunchMatVecRows(w.mat(), dx.p(), m, y.p(), nullptr), cudaSuccess);
           const std::vector<float> got = y.Get();
           EXPECT_EQ(cuda::PathCount(cuda::Path::kMatVecInt8Rows) > before, int8 && rows_max > 1);
-          if (IntegerKernelRuns() && bits == 4) EXPECT_TRUE(int8);
+          if (IntegerKernelRuns() && bits == 4) {
+            EXPECT_TRUE(int8);
+          }
           for (int b = 0; b < m; ++b) {
             ASSERT_EQ(cuda::LaunchMatVec(w.mat(), dx.p() + b * sh.cols, y1.p(), nullptr),
                       cudaSuccess);

@@ -72,12 +72,15 @@ TEST(TraceFormatCudaTest, DecodeTraceHasKernelsOnTheCpuClock) {
       ++in_call;
       // Recorded calls run kernel by kernel, so each kernel is timed alone: none spans most of
       // its step (as each did when CUPTI timed a graph as one piece).
-      if (traced[c]) EXPECT_LT(k["dur"].get<double>(), 0.5 * (to - from)) << k.dump();
+      if (traced[c]) {
+        EXPECT_LT(k["dur"].get<double>(), 0.5 * (to - from)) << k.dump();
+      }
     }
-    if (traced[c])
+    if (traced[c]) {
       EXPECT_GT(in_call, 0) << "recorded call " << c << " has no kernels";
-    else if (c > 3)
+    } else if (c > 3) {
       EXPECT_EQ(in_call, 0) << "call " << c << " was not to be recorded";
+    }
     // Calls 1 and 2, the decode graph's capture and first replays, still get records on the
     // H100 (CUPTI's records stop only from a later launch of a new graph on): the summary
     // counts only the recorded calls' windows, so they do no harm there.

@@ -116,7 +116,9 @@ TEST(SpeculativeAuto, MeasuredCostsKeepTheOutputAndFallBack) {
       const GenerateResult spec = Decode(o);
       EXPECT_EQ(spec.ids, plain.ids) << "seed " << seed << " oracle:" << p;
       EXPECT_EQ(spec.finish, plain.finish);
-      if (p == 0.0) EXPECT_LT(spec.verify_calls, spec.decoded_tokens / 3);
+      if (p == 0.0) {
+        EXPECT_LT(spec.verify_calls, spec.decoded_tokens / 3);
+      }
     }
     o.drafter = std::make_shared<NgramDrafter>();
     EXPECT_EQ(Decode(o).ids, plain.ids) << "seed " << seed << " ngram";

@@ -130,7 +130,9 @@ std::map<std::string, int64_t> ExpectSameAsPlain(const std::vector<int>& prompt,
     EXPECT_LE(static_cast<int64_t>(spec.r.ids.size()), o.max_new_tokens) << where;
     // The full-acceptance oracle drafts from the first step on whenever a step may emit two
     // tokens (the first comes from the prompt's logits).
-    if (d->name() == "oracle:1" && plain.r.ids.size() > 2) EXPECT_GT(spec.r.accepted, 0) << where;
+    if (d->name() == "oracle:1" && plain.r.ids.size() > 2) {
+      EXPECT_GT(spec.r.accepted, 0) << where;
+    }
     drafted[d->name()] += spec.r.drafted;
   }
   return drafted;
