@@ -6,27 +6,13 @@
 #include <immintrin.h>
 
 #include "backend/cpu/avx2_math.h"
+#include "backend/cpu/avx512_util.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matvec_q8.h"
 #include "backend/cpu/matvec_q8_simd.h"
 
 namespace rw::cpu::avx512 {
 namespace {
-
-// The bytes [p, p + n) of a 64-byte window (n clamped to 0..64), zeros elsewhere; the masked
-// load does not touch (or fault on) the bytes left out.
-inline __m512i LoadUpto64(const uint8_t* p, int64_t n) {
-  if (n >= 64) return _mm512_loadu_si512(p);
-  if (n <= 0) return _mm512_setzero_si512();
-  return _mm512_maskz_loadu_epi8((__mmask64{1} << n) - 1, p);
-}
-
-// Two 32-byte runs of x as one vector.
-inline __m512i LoadX2(const int8_t* a, const int8_t* b) {
-  return _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(a))),
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
 
 struct Avx512Sums {
   template <int kBits, int kRows, bool kFull>

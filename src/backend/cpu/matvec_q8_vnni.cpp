@@ -8,25 +8,13 @@
 #include <immintrin.h>
 
 #include "backend/cpu/avx2_math.h"
+#include "backend/cpu/avx512_util.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matvec_q8.h"
 #include "backend/cpu/matvec_q8_simd.h"
 
 namespace rw::cpu::avx512 {
 namespace {
-
-// The bytes [p, p + n) of a 64-byte window (n clamped to 0..64), zeros elsewhere.
-inline __m512i LoadUpto64(const uint8_t* p, int64_t n) {
-  if (n >= 64) return _mm512_loadu_si512(p);
-  if (n <= 0) return _mm512_setzero_si512();
-  return _mm512_maskz_loadu_epi8((__mmask64{1} << n) - 1, p);
-}
-
-inline __m512i LoadX2(const int8_t* a, const int8_t* b) {
-  return _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(a))),
-      _mm256_load_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
 
 // 256·(w·a) + (w·c) per int32 lane: |w·a| <= 8·255·127 per lane, so nothing overflows.
 inline __m512i TwoPlanes(__m512i sa, __m512i sc) {
