@@ -1,6 +1,7 @@
 #include "install/convert_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include "model/gemma4_table.h"
@@ -201,9 +202,11 @@ Status Planner::ReadMlxQuantization() {
   auto get = [&](const Json& j, const char* key, int* out) -> Status {
     auto it = j.find(key);
     if (it == j.end()) return Status::Ok();
-    if (!it->is_number_integer())
-      return Error(ErrorCode::kCorrupt, "{}: '{}' must be an integer", w, key);
-    *out = it->get<int>();
+    // JsonInt: an integer in int64 range (a value past it would wrap); then the int's range.
+    RW_ASSIGN_OR_RETURN(const int64_t v, JsonInt(j, key, w));
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+      return Error(ErrorCode::kCorrupt, "{}: '{}' is {}, out of range", w, key, v);
+    *out = static_cast<int>(v);
     return Status::Ok();
   };
   RW_RETURN_IF_ERROR(get(*quant_, "bits", &base_bits_));

@@ -242,6 +242,18 @@ TEST_F(ConvertHostile, MlxDefaultBitsDisagreeWithShapes) {
       {"model.safetensors", "language_model.model.embed_tokens.weight", "group 32", "group 64"});
 }
 
+// A quantization field past int's range is refused, not wrapped (4294967300 would wrap to 4).
+TEST_F(ConvertHostile, MlxBitsOutOfRange) {
+  FixtureOptions o;
+  o.layout = Layout::kMlx;
+  Make(o);
+  std::string cfg = src_ + "/config.json";
+  auto j = ParseJson(*ReadFileToString(cfg), cfg);
+  (*j)["quantization"]["bits"] = uint64_t{4294967300};
+  ASSERT_TRUE(WriteFileAtomic(cfg, j->dump()).ok());
+  (void)ExpectFailure({"quantization", "bits", "out of range"});
+}
+
 TEST_F(ConvertHostile, MlxScalesWrongShape) {
   FixtureOptions o;
   o.layout = Layout::kMlx;
