@@ -36,6 +36,14 @@ class ConvertHostile : public ::testing::Test {
     if (o.shards == 1 && o.layout != Layout::kMlx && !sharded_off_) o.shards = 3;
     ASSERT_TRUE(test::WriteTinyCheckpoint(src_, g_, o).ok());
   }
+  // Rewrites the source's config.json through `edit`.
+  void EditConfig(const std::function<void(Json&)>& edit) {
+    const std::string cfg = src_ + "/config.json";
+    auto j = ParseJson(*ReadFileToString(cfg), cfg);
+    ASSERT_TRUE(j.ok());
+    edit(*j);
+    ASSERT_TRUE(WriteFileAtomic(cfg, j->dump()).ok());
+  }
   // The shard holding a tensor (from the index), as a full path.
   std::string ShardOf(const std::string& tensor) {
     std::string index = src_ + "/model.safetensors.index.json";
@@ -222,10 +230,8 @@ TEST_F(ConvertHostile, MlxBitsDisagreeWithShapes) {
   FixtureOptions o;
   o.layout = Layout::kMlx;
   Make(o);
-  std::string cfg = src_ + "/config.json";
-  auto j = ParseJson(*ReadFileToString(cfg), cfg);
-  (*j)["quantization"]["language_model.model.layers.0.router.proj"]["bits"] = 4;
-  ASSERT_TRUE(WriteFileAtomic(cfg, j->dump()).ok());
+  EditConfig(
+      [](Json& j) { j["quantization"]["language_model.model.layers.0.router.proj"]["bits"] = 4; });
   (void)ExpectFailure(
       {"model.safetensors", "language_model.model.layers.0.router.proj.weight", "4-bit", "8-bit"});
 }
@@ -234,10 +240,7 @@ TEST_F(ConvertHostile, MlxDefaultBitsDisagreeWithShapes) {
   FixtureOptions o;
   o.layout = Layout::kMlx;
   Make(o);
-  std::string cfg = src_ + "/config.json";
-  auto j = ParseJson(*ReadFileToString(cfg), cfg);
-  (*j)["quantization"]["group_size"] = 32;
-  ASSERT_TRUE(WriteFileAtomic(cfg, j->dump()).ok());
+  EditConfig([](Json& j) { j["quantization"]["group_size"] = 32; });
   (void)ExpectFailure(
       {"model.safetensors", "language_model.model.embed_tokens.weight", "group 32", "group 64"});
 }
@@ -247,10 +250,7 @@ TEST_F(ConvertHostile, MlxBitsOutOfRange) {
   FixtureOptions o;
   o.layout = Layout::kMlx;
   Make(o);
-  std::string cfg = src_ + "/config.json";
-  auto j = ParseJson(*ReadFileToString(cfg), cfg);
-  (*j)["quantization"]["bits"] = uint64_t{4294967300};
-  ASSERT_TRUE(WriteFileAtomic(cfg, j->dump()).ok());
+  EditConfig([](Json& j) { j["quantization"]["bits"] = uint64_t{4294967300}; });
   (void)ExpectFailure({"quantization", "bits", "out of range"});
 }
 
@@ -284,20 +284,16 @@ TEST_F(ConvertHostile, UnknownTopLevelTensor) {
 
 TEST_F(ConvertHostile, NotGemma4) {
   Make();
-  std::string cfg = src_ + "/config.json";
-  auto j = ParseJson(*ReadFileToString(cfg), cfg);
-  (*j)["text_config"]["model_type"] = "llama";
-  ASSERT_TRUE(WriteFileAtomic(cfg, j->dump()).ok());
+  EditConfig([](Json& j) { j["text_config"]["model_type"] = "llama"; });
   (void)ExpectFailure({"config.json", "llama"});
 }
 
 TEST_F(ConvertHostile, UntiedHead) {
   Make();
-  std::string cfg = src_ + "/config.json";
-  auto j = ParseJson(*ReadFileToString(cfg), cfg);
-  (*j)["tie_word_embeddings"] = false;
-  (*j)["text_config"]["tie_word_embeddings"] = false;
-  ASSERT_TRUE(WriteFileAtomic(cfg, j->dump()).ok());
+  EditConfig([](Json& j) {
+    j["tie_word_embeddings"] = false;
+    j["text_config"]["tie_word_embeddings"] = false;
+  });
   (void)ExpectFailure({"config.json", "untied"});
 }
 
